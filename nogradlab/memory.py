@@ -1,0 +1,632 @@
+"""Memory probes: what a call really allocates, keeps, and saves for backward.
+
+``measure(fn)`` runs ``fn()`` once and returns a :class:`MemoryReport`:
+
+* ``peak_bytes``: the highest live tensor bytes during the call, above what was live at entry;
+* ``retained_bytes``: what is still alive after the call returns (held by the return value and
+  its autograd graph; garbage is collected first);
+* ``saved_bytes``: the bytes of the distinct storages autograd saved for backward during the
+  call, deduplicated by storage, parameters and buffers excluded, inputs included;
+* ``modules``: the same per module (innermost module that was running).
+
+How it measures:
+
+* ``method="storage"`` (the default off CUDA): a ``TorchDispatchMode`` sees every tensor an
+  operator returns; each new storage is counted when it appears and uncounted when its
+  ``UntypedStorage`` dies (a weakref callback), the approach of PyTorch's own
+  ``torch.distributed._tools.mem_tracker``. Works on any device, and under ``FakeTensorMode``.
+* ``method="allocator"`` (the default on CUDA): the caching allocator's own statistics
+  (``memory_allocated`` / ``max_memory_allocated``). Nested probes are safe: before a probe resets
+  the peak counter, every enclosing probe folds the peak seen so far into its own record.
+
+Saved-for-backward bytes come from ``torch.autograd.graph.saved_tensors_hooks`` in both methods.
+``estimate(...)`` runs the same storage tracker under ``FakeTensorMode``: nothing is allocated,
+so a 12 GiB GPU batch can be sized on a laptop.
+
+Every probe restores what it touched (grad mode, garbage collector, hooks, dispatch modes, the
+allocator's peak counter for enclosing probes), even when ``fn`` raises; the exception reaches the
+caller unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import weakref
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+from . import device as _device
+
+__all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes",
+           "METHODS", "STEPS", "CUDA_BLOCK"]
+
+METHODS = ("auto", "storage", "allocator")
+STEPS = ("forward", "train")
+CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multiple of 512 bytes
+_TIMELINE_CAP = 200_000
+
+
+def format_bytes(n: "int | float | None") -> str:
+    """``1536 -> '1.50 KiB'``; exact bytes below 1 KiB."""
+    if n is None:
+        return "n/a"
+    n = float(n)
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{int(n)} B" if unit == "B" else f"{sign}{n:.2f} {unit}"
+        n /= 1024
+    return f"{sign}{n:.2f} TiB"
+
+
+@dataclass
+class ModuleMemory:
+    """Per-module share of a probe: bytes attributed to the innermost module that was running."""
+
+    name: str
+    type: str
+    calls: int = 0
+    allocated_bytes: int = 0  # new storage bytes created while it was the innermost module
+    saved_bytes: int = 0  # distinct saved-for-backward bytes first saved while it was innermost
+
+
+@dataclass
+class MemoryReport:
+    """What one call allocated, kept and saved. All byte counts are exact integers."""
+
+    peak_bytes: int
+    retained_bytes: int
+    saved_bytes: int
+    saved_tensors: int  # distinct storages saved for backward
+    device: str
+    method: str  # "storage", "allocator", or "fake" (an estimate)
+    modules: list = field(default_factory=list)
+    timeline: "list | None" = None  # [(event index, live bytes, label)] when asked for
+    baseline_bytes: "int | None" = None  # estimates: parameters, buffers and inputs live at entry
+    notes: list = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def total_peak_bytes(self) -> "int | None":
+        """Peak including what was live at entry (estimates only, where that is known)."""
+        return None if self.baseline_bytes is None else self.baseline_bytes + self.peak_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["total_peak_bytes"] = self.total_peak_bytes
+        if self.timeline is not None:
+            d["timeline"] = [list(e) for e in self.timeline]
+        return d
+
+    def module_frame(self):
+        """The per-module breakdown as a pandas DataFrame."""
+        import pandas as pd
+
+        cols = ["name", "type", "calls", "allocated_bytes", "saved_bytes"]
+        return pd.DataFrame([asdict(m) for m in self.modules], columns=cols)
+
+    def __str__(self) -> str:
+        head = f"{self.label}: " if self.label else ""
+        s = (f"{head}peak {format_bytes(self.peak_bytes)}, retained {format_bytes(self.retained_bytes)}, "
+             f"saved for backward {format_bytes(self.saved_bytes)} ({self.saved_tensors} storages) "
+             f"[{self.method} on {self.device}]")
+        if self.baseline_bytes is not None:
+            s += f"; with weights and inputs {format_bytes(self.total_peak_bytes)}"
+        return s
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{k}</th><td>{v}</td></tr>" for k, v in (
+            ("peak", format_bytes(self.peak_bytes)), ("retained", format_bytes(self.retained_bytes)),
+            ("saved for backward", f"{format_bytes(self.saved_bytes)} ({self.saved_tensors} storages)"),
+            ("method", f"{self.method} on {self.device}")))
+        return f"<table>{rows}</table>"
+
+
+# --------------------------------------------------------------------------------------------
+# building blocks
+
+
+def _storage(t):
+    """The tensor's UntypedStorage, or None for tensors without one (sparse, nested, ...)."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _rounded(n: int, block: int) -> int:
+    if block <= 1 or n == 0:
+        return n
+    return int(math.ceil(n / block) * block)
+
+
+class _ModuleStack:
+    """Global module hooks that keep a stack of running modules and the order they were seen."""
+
+    def __init__(self):
+        self.stack: list = []
+        self.seen: dict = {}  # id -> module, in order of first call
+        self.calls: dict = {}
+        self.excluded = WeakIdKeyDictionary()  # storages of parameters and buffers
+        self._handles = []
+
+    def _pre(self, module, args):
+        if id(module) not in self.seen:
+            self.seen[id(module)] = module
+            for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+                st = _storage(t)
+                if st is not None:
+                    self.excluded[st] = True
+        self.calls[id(module)] = self.calls.get(id(module), 0) + 1
+        self.stack.append(module)
+
+    def _post(self, module, args, output):
+        # pop the innermost matching frame (robust to hooks that raise half way)
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i] is module:
+                del self.stack[i:]
+                break
+
+    @property
+    def current(self):
+        return self.stack[-1] if self.stack else None
+
+    def __enter__(self):
+        from torch.nn.modules import module as _m
+
+        self._handles = [_m.register_module_forward_pre_hook(self._pre),
+                         _m.register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        self.stack.clear()
+        return False
+
+    def names(self) -> dict:
+        """id(module) -> qualified name, rooted at the outermost modules that ran."""
+        children = set()
+        for m in self.seen.values():
+            for c in m.modules():
+                if c is not m:
+                    children.add(id(c))
+        roots = [m for i, m in self.seen.items() if i not in children]
+        out = {}
+        for r in roots:
+            prefix = type(r).__name__ if len(roots) > 1 else ""
+            for name, sub in r.named_modules():
+                full = ".".join(p for p in (prefix, name) if p) or type(r).__name__
+                out.setdefault(id(sub), full)
+        return out
+
+
+class _SavedTracker:
+    """saved_tensors_hooks that count distinct saved storages (parameters and buffers excluded)."""
+
+    def __init__(self, modules: _ModuleStack, exclude=(), block: int = 1):
+        self.modules = modules
+        self.block = block
+        self.seen = WeakIdKeyDictionary()
+        self.bytes = 0
+        self.count = 0
+        self.per_module: dict = {}
+        self.extra_excluded = WeakIdKeyDictionary()
+        for t in exclude:
+            ts = list(t.parameters()) + list(t.buffers()) if isinstance(t, torch.nn.Module) else [t]
+            for x in ts:
+                st = _storage(x)
+                if st is not None:
+                    self.extra_excluded[st] = True
+        self._ctx = None
+
+    def pack(self, t):
+        st = _storage(t)
+        if (st is not None and not isinstance(t, torch.nn.Parameter) and st not in self.seen
+                and st not in self.modules.excluded and st not in self.extra_excluded):
+            self.seen[st] = True
+            n = _rounded(st.nbytes(), self.block)
+            self.bytes += n
+            self.count += 1
+            cur = self.modules.current
+            if cur is not None:
+                self.per_module[id(cur)] = self.per_module.get(id(cur), 0) + n
+        # Returning ``t`` itself would make output tensors own their own graph through a
+        # reference cycle that Python's collector cannot see; a detached alias shares the
+        # storage without that cycle.
+        return t.detach()
+
+    @staticmethod
+    def unpack(t):
+        return t
+
+    def __enter__(self):
+        self._ctx = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+        return False
+
+
+class _LiveTracker(TorchDispatchMode):
+    """Counts the bytes of storages created by operators, from creation until they die."""
+
+    def __init__(self, modules: _ModuleStack, block: int = 1, timeline: bool = False):
+        super().__init__()
+        self.modules = modules
+        self.block = block
+        self.sizes = WeakIdKeyDictionary()  # storage -> counted bytes
+        self._refs: dict = {}  # id(weakref) -> weakref (keeps the callbacks alive)
+        self.live = 0
+        self.peak = 0
+        self.active = True
+        self.per_module: dict = {}
+        self.timeline = [] if timeline else None
+        self._events = 0
+        self._orig_resize = None
+
+    def _event(self, label):
+        self._events += 1
+        if self.timeline is not None and len(self.timeline) < _TIMELINE_CAP:
+            self.timeline.append((self._events, self.live, label))
+
+    def _freed(self, n, ref):
+        self._refs.pop(id(ref), None)
+        if self.active:
+            self.live -= n
+            self._event("free")
+
+    def _add(self, st, label):
+        n = _rounded(st.nbytes(), self.block)
+        self.sizes[st] = n
+        ref = weakref.ref(st, lambda r, n=n: self._freed(n, r))
+        self._refs[id(ref)] = ref
+        self.live += n
+        self.peak = max(self.peak, self.live)
+        cur = self.modules.current
+        if cur is not None:
+            self.per_module[id(cur)] = self.per_module.get(id(cur), 0) + n
+        self._event(label)
+
+    def _resized(self, st):
+        old = self.sizes.get(st)
+        if old is None:
+            return
+        new = _rounded(st.nbytes(), self.block)
+        if new != old:
+            # the weakref callback still subtracts the size known at creation: correct for it
+            self.live += new - old
+            self.sizes[st] = new
+            for ref in list(self._refs.values()):
+                if ref() is st:
+                    self._refs.pop(id(ref))
+                    newref = weakref.ref(st, lambda r, n=new: self._freed(n, r))
+                    self._refs[id(newref)] = newref
+                    break
+            self.peak = max(self.peak, self.live)
+            self._event("resize")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not self.active:
+            return out
+        inputs = set()
+        for a in tree_flatten((args, kwargs))[0]:
+            if isinstance(a, torch.Tensor):
+                st = _storage(a)
+                if st is not None:
+                    inputs.add(st._cdata)
+        label = getattr(func, "__name__", str(func))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            st = _storage(t)
+            if st is None:
+                continue
+            if st in self.sizes:
+                self._resized(st)
+            elif st._cdata not in inputs:  # an alias of an input is not a new allocation
+                self._add(st, label)
+        return out
+
+    def __enter__(self):
+        # ``UntypedStorage.resize_`` bypasses the dispatcher (as mem_tracker notes): patch it.
+        self._orig_resize = torch.UntypedStorage.resize_
+        tracker, orig = self, self._orig_resize
+
+        def resize_(st, size):
+            r = orig(st, size)
+            tracker._resized(st)
+            return r
+
+        torch.UntypedStorage.resize_ = resize_
+        try:
+            return super().__enter__()
+        except BaseException:
+            torch.UntypedStorage.resize_ = self._orig_resize
+            raise
+
+    def __exit__(self, *exc):
+        try:
+            return super().__exit__(*exc)
+        finally:
+            torch.UntypedStorage.resize_ = self._orig_resize
+
+
+# Enclosing allocator probes, so that a nested probe's reset does not hide their peaks.
+_ALLOCATOR_PROBES: list = []
+
+
+class _AllocatorProbe:
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.entry = 0
+        self.peak_seen = 0
+
+    def __enter__(self):
+        _device.synchronize(self.device)
+        for outer in _ALLOCATOR_PROBES:
+            if outer.device == self.device:
+                outer.peak_seen = max(outer.peak_seen, torch.cuda.max_memory_allocated(self.device))
+        self.entry = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.peak_seen = self.entry
+        _ALLOCATOR_PROBES.append(self)
+        return self
+
+    def peak(self) -> int:
+        _device.synchronize(self.device)
+        return max(self.peak_seen, torch.cuda.max_memory_allocated(self.device)) - self.entry
+
+    def current(self) -> int:
+        _device.synchronize(self.device)
+        return torch.cuda.memory_allocated(self.device) - self.entry
+
+    def __exit__(self, *exc):
+        mine = max(self.peak_seen, torch.cuda.max_memory_allocated(self.device))
+        if self in _ALLOCATOR_PROBES:
+            _ALLOCATOR_PROBES.remove(self)
+        # the enclosing probes saw everything this one saw
+        for outer in _ALLOCATOR_PROBES:
+            if outer.device == self.device:
+                outer.peak_seen = max(outer.peak_seen, mine)
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# measure
+
+
+def _check_method(method, dev):
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
+    if method == "auto":
+        return "allocator" if dev is not None and dev.type == "cuda" else "storage"
+    if method == "allocator" and (dev is None or dev.type != "cuda"):
+        raise ValueError("method 'allocator' needs a CUDA device; use method='storage' elsewhere")
+    return method
+
+
+def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool = False,
+            block: "int | None" = None, label: str = "", return_result: bool = False):
+    """Run ``fn()`` once and report its memory (see the module docstring).
+
+    ``device``: where ``fn`` computes. ``None`` tracks storages on every device. On CUDA the
+    default method reads the caching allocator; ``method="storage"`` forces storage tracking.
+    ``exclude``: extra modules/tensors whose storages never count as saved-for-backward.
+    ``timeline``: keep the live-bytes curve (one point per allocation or free).
+    ``block``: round every storage up to this many bytes (default: 512 on CUDA, else 1).
+    ``return_result``: return ``(report, fn())`` instead of the report alone.
+    """
+    if not callable(fn):
+        raise TypeError(f"measure needs a callable, got {type(fn).__name__}")
+    dev = _device.resolve(device) if device is not None else None
+    method = _check_method(method, dev)
+    if block is None:
+        block = CUDA_BLOCK if dev is not None and dev.type == "cuda" else 1
+    if not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive integer number of bytes, got {block!r}")
+    return _run(fn, dev, method, exclude, timeline, block, label, return_result)
+
+
+_WARMED = False
+
+
+def _warm_up():
+    """The first dispatch through a mode and the first hooked module call import lazy parts of
+    torch (``torch._dynamo``); those imports leave reference cycles that hold the first probed
+    activations until the next garbage collection. Pay for that once, on a throw-away model."""
+    global _WARMED
+    if _WARMED:
+        return
+    _WARMED = True
+    mods = _ModuleStack()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    with mods, _SavedTracker(mods), _LiveTracker(mods), torch.enable_grad():
+        net(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    gc.collect()
+
+
+def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=False):
+    _warm_up()
+    grad_enabled = torch.is_grad_enabled()
+    gc_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()  # a collection at a random moment would make peaks irreproducible
+    result = None
+    try:
+        with contextlib.ExitStack() as stack:
+            mods = stack.enter_context(_ModuleStack())
+            saved = stack.enter_context(_SavedTracker(mods, exclude, block))
+            if method == "allocator":
+                alloc = stack.enter_context(_AllocatorProbe(dev))
+                live = None
+            else:
+                live = stack.enter_context(_LiveTracker(mods, block, timeline))
+            result = fn()
+            torch.set_grad_enabled(grad_enabled)
+            if live is not None:
+                peak = live.peak
+                gc.collect()
+                retained = live.live
+                live.active = False
+            else:
+                peak = alloc.peak()
+                gc.collect()
+                retained = alloc.current()
+        names = mods.names()
+        per_alloc = live.per_module if live is not None else {}
+        modules = [ModuleMemory(name=names.get(i, type(m).__name__), type=type(m).__name__,
+                                calls=mods.calls.get(i, 0), allocated_bytes=per_alloc.get(i, 0),
+                                saved_bytes=saved.per_module.get(i, 0))
+                   for i, m in mods.seen.items()]
+        report = MemoryReport(
+            peak_bytes=int(peak), retained_bytes=int(retained), saved_bytes=int(saved.bytes),
+            saved_tensors=saved.count, device=str(dev) if dev is not None else "any",
+            method="fake" if fake else method, modules=modules,
+            timeline=(live.timeline if live is not None and timeline else None), label=label)
+        if method == "allocator" and timeline:
+            report.notes.append("timeline is only kept by the storage method")
+    finally:
+        torch.set_grad_enabled(grad_enabled)
+        if gc_enabled:
+            gc.enable()
+    if return_result:
+        return report, result
+    del result
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# estimate
+
+
+def train_step(model, inputs, target, loss_fn, optimizer):
+    """One training step: forward, loss, backward, optimizer step, gradients set to None."""
+    model.train()
+    with torch.enable_grad():
+        loss = loss_fn(model(inputs), target)
+        loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+_OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-3, foreach=True),
+}
+
+
+def _build_step(wl, batch, dev, step, mode, optimizer, dtype):
+    """Build the model and inputs on ``dev`` (under whatever tensor mode is active) and return
+    (fn, model, tensors live at entry)."""
+    from . import modes
+
+    model = wl.build(dev, dtype=dtype) if dtype is not None else wl.build(dev)
+    x = wl.make_input(batch, dev)
+    if step == "train":
+        target = wl.make_target(batch, dev)
+        opt = _OPTIMIZERS[optimizer](model.parameters())
+
+        def fn():
+            return train_step(model, x, target, wl.loss, opt)
+
+        entry = [x, target]
+    else:
+        setting = modes.parse(mode)
+
+        def fn():
+            with modes.setting(setting, model=model, device=dev):
+                return model(x)
+
+        entry = [x]
+    return fn, model, entry
+
+
+def _entry_bytes(model, tensors, block) -> int:
+    seen = WeakIdKeyDictionary()
+    total = 0
+    for t in list(model.parameters()) + list(model.buffers()) + list(tensors):
+        st = _storage(t)
+        if st is not None and st not in seen:
+            seen[st] = True
+            total += _rounded(st.nbytes(), block)
+    return total
+
+
+def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
+             scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
+             seed: int = 0) -> MemoryReport:
+    """The memory report of one step of ``workload`` at ``batch``, computed under
+    ``FakeTensorMode``: shapes and bytes without allocating, for any device (also ``"cuda"``
+    on a machine without a GPU).
+
+    ``mode``: a setting for ``step="forward"`` (``"grad"``, ``"no_grad"``, ``"eval+no_grad"``,
+    ``"inference_mode"``... see ``nogradlab.modes``). ``step="train"``: forward, loss, backward and
+    an optimizer step (``optimizer`` ``"sgd"`` with momentum or ``"adam"``); ``mode`` is then
+    ignored. ``baseline_bytes`` in the report holds parameters, buffers and inputs, so
+    ``total_peak_bytes`` is what the device must hold at the peak.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from . import modes, workloads
+
+    if step not in STEPS:
+        raise ValueError(f"unknown step {step!r}; allowed: {', '.join(STEPS)}")
+    if optimizer not in _OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; allowed: {', '.join(_OPTIMIZERS)}")
+    if step == "forward":
+        modes.parse(mode)
+    wl = workloads.get(workload, scale) if isinstance(workload, str) else workload
+    workloads.check_batch(batch)
+    if isinstance(device, str) and device.strip().lower().startswith("cuda"):
+        dev = torch.device(device.strip().lower())  # a virtual device: no GPU needed
+        if dev.index is None:
+            dev = torch.device("cuda", 0)
+    else:
+        dev = _device.resolve(device)
+    block = CUDA_BLOCK if dev.type == "cuda" else 1
+    notes = []
+    attempts = [dev]
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        if step == "train":
+            notes.append("backward cannot run on a fake CUDA device without a GPU in this torch "
+                         f"({torch.__version__}); estimated on the fake CPU device with CUDA's "
+                         f"{CUDA_BLOCK}-byte block rounding")
+            attempts = [torch.device("cpu")]
+        else:
+            attempts = [dev, torch.device("cpu")]
+    last_error = None
+    for target_dev in attempts:
+        torch.manual_seed(seed)
+        try:
+            with FakeTensorMode(allow_non_fake_inputs=False):
+                fn, model, entry = _build_step(wl, batch, target_dev, step, mode, optimizer, dtype)
+                base = _entry_bytes(model, entry, block)
+                report = _run(fn, target_dev, "storage", (), timeline, block,
+                              f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
+                              f"batch {batch}", False, fake=True)
+        except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
+            if target_dev is attempts[-1]:
+                raise
+            last_error = e
+            continue
+        if last_error is not None:
+            notes.append(f"the fake CUDA device could not run this step without a GPU "
+                         f"({type(last_error).__name__}: {str(last_error)[:120]}); estimated on the "
+                         f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
+        report.device = str(dev)
+        report.baseline_bytes = base
+        report.notes = notes + report.notes
+        return report
+    raise RuntimeError("unreachable")  # pragma: no cover

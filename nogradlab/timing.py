@@ -1,0 +1,515 @@
+"""Timing PyTorch code the way the field does it.
+
+Two entry points:
+
+``measure(fn)``
+    One function, one number. Built on ``torch.utils.benchmark.Timer.blocked_autorange``: a few
+    warm-up calls, then blocks of calls sized so the timer's own cost is negligible, until
+    ``min_run_time`` seconds have been spent. Returns a :class:`Timing` with the median and the
+    interquartile range (IQR) of the per-call time.
+
+``compare({"a": fa, "b": fb, ...})``
+    Several functions against each other. Every case is warmed up and given its own number of calls
+    per sample; then ``rounds`` rounds are run and each round times every case once, rotating the
+    order (ABC, BCA, CAB, ...) so that slow drift (thermal throttling, a browser waking up, turbo
+    clocks settling) hits all cases alike. The speedup of each case over the baseline is the ratio
+    of medians, with a *paired* bootstrap confidence interval: resampling whole rounds keeps each
+    case's samples matched to the same moments in time.
+
+Why these choices:
+
+* **Median and IQR, not mean and standard deviation.** Timings have a long right tail (an interrupt,
+  a page fault, a garbage collection); one bad sample drags the mean and inflates the standard
+  deviation, while the median and IQR barely move.
+* **Explicit thread count.** ``torch.utils.benchmark.Timer`` defaults to ``num_threads=1``, which
+  silently measures single-threaded CPU performance. Here it is set to ``torch.get_num_threads()``
+  unless you ask otherwise, and recorded in every result. The Timer sets the thread count only for
+  the duration of a measurement and restores it afterwards; so does this module, even on error.
+* **Synchronize before reading the clock.** CUDA and MPS calls return as soon as the work is
+  queued. Without a synchronize, the timer measures how fast Python can enqueue kernels. For
+  ``device`` of type ``cuda``/``mps`` the timer function calls
+  :func:`nogradlab.device.synchronize` before reading :func:`timeit.default_timer`.
+
+Grad mode is not changed by this module: a function runs under whatever mode the caller has
+(``torch.no_grad()`` around the call, or inside ``fn``). Grad mode and the thread count are restored
+to their previous values when the measurement ends, also when ``fn`` raises; the exception reaches
+the caller unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+import timeit
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch.utils.benchmark import Timer
+
+from nogradlab import device as _device
+
+__all__ = [
+    "NOISY_THRESHOLD",
+    "BOOTSTRAP_RESAMPLES",
+    "CONFIDENCE",
+    "Timing",
+    "Comparison",
+    "measure",
+    "compare",
+    "bootstrap_speedup",
+    "format_seconds",
+]
+
+#: A measurement whose IQR is more than this fraction of its median is flagged ``noisy``.
+#: 0.1 (10 %) is the same threshold at which ``torch.utils.benchmark.Measurement`` starts warning
+#: about "system fluctuation". A noisy result is not wrong, but differences smaller than the spread
+#: should not be read into; rerun on a quieter machine or with a longer ``min_run_time``.
+NOISY_THRESHOLD = 0.1
+
+#: Number of bootstrap resamples used for speedup confidence intervals.
+BOOTSTRAP_RESAMPLES = 2000
+
+#: Coverage of the bootstrap confidence intervals.
+CONFIDENCE = 0.95
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+
+
+def _unit_for(seconds: float) -> tuple[str, float]:
+    for name, scale in _UNITS:
+        if abs(seconds) >= scale:
+            return name, scale
+    return _UNITS[-1]
+
+
+def format_seconds(seconds: float, unit: "tuple[str, float] | None" = None, digits: int = 3) -> str:
+    """``0.0123`` -> ``'12.3 ms'`` (``digits`` significant figures, unit chosen from the value)."""
+    name, scale = unit or _unit_for(seconds)
+    value = seconds / scale
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {name}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f} {name}"
+
+
+@dataclass
+class Timing:
+    """The time one function takes per call.
+
+    ``times`` holds one entry per sample: the per-call time of that sample in seconds (a sample is
+    ``number_per_sample`` back-to-back calls, divided by ``number_per_sample``). ``median`` and
+    ``iqr`` (75th minus 25th percentile) are computed from ``times``. ``noisy`` is true when
+    ``iqr / median`` exceeds :data:`NOISY_THRESHOLD`. ``threads`` is the torch CPU thread count the
+    function ran with and ``device`` the device the clock was synchronized with.
+    """
+
+    label: str
+    median: float
+    iqr: float
+    times: list[float]
+    number_per_sample: int
+    noisy: bool
+    threads: int
+    device: str
+
+    @property
+    def mean(self) -> float:
+        """Mean per-call time (s). Shown for contrast; prefer ``median``, which ignores outliers."""
+        return float(np.mean(self.times)) if self.times else float("nan")
+
+    @property
+    def relative_iqr(self) -> float:
+        """IQR as a fraction of the median (0.05 means the middle half of samples span 5 %)."""
+        return self.iqr / self.median if self.median > 0 else float("inf")
+
+    @property
+    def samples(self) -> int:
+        return len(self.times)
+
+    def __str__(self) -> str:
+        unit = _unit_for(self.median)
+        text = (f"{format_seconds(self.median, unit)} \u00b1 {format_seconds(self.iqr, unit, 2)} IQR "
+                f"(n={self.samples} samples x {self.number_per_sample} calls)")
+        if self.label:
+            text = f"{self.label}: {text}"
+        if self.noisy:
+            text += f" [noisy: IQR is {self.relative_iqr:.0%} of median]"
+        return text
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["times"] = list(self.times)
+        out["mean"] = self.mean
+        out["relative_iqr"] = self.relative_iqr
+        return out
+
+    @classmethod
+    def from_samples(cls, times, number_per_sample: int, *, label: str = "", threads: int,
+                     device: str) -> "Timing":
+        """A ``Timing`` from per-call sample times (seconds)."""
+        times = [float(t) for t in times]
+        if not times:
+            raise ValueError("a Timing needs at least one sample")
+        arr = np.asarray(times, dtype=np.float64)
+        # Linear-interpolated quantiles, as torch.utils.benchmark.Measurement computes them.
+        median = float(np.quantile(arr, 0.5))
+        iqr = float(np.quantile(arr, 0.75) - np.quantile(arr, 0.25))
+        noisy = (iqr / median > NOISY_THRESHOLD) if median > 0 else True
+        return cls(label=label, median=median, iqr=iqr, times=times,
+                   number_per_sample=int(number_per_sample), noisy=bool(noisy),
+                   threads=int(threads), device=str(device))
+
+
+@dataclass
+class Comparison:
+    """Several functions timed against each other by :func:`compare`.
+
+    ``speedup[name]`` is ``median(baseline) / median(name)``: above 1 means ``name`` is faster.
+    ``ci[name]`` is its paired-bootstrap confidence interval (:data:`CONFIDENCE`, by default 95 %);
+    the baseline's own entry is exactly ``1.0`` with interval ``(1.0, 1.0)``. ``orders`` records the
+    order the cases were timed in, one tuple per round.
+    """
+
+    timings: dict[str, Timing]
+    baseline: str
+    speedup: dict[str, float]
+    ci: dict[str, tuple[float, float]]
+    rounds: int
+    device: str
+    threads: int
+    seed: "int | None" = 0
+    orders: list[tuple[str, ...]] = field(default_factory=list)
+
+    def time_saved(self, name: str) -> float:
+        """Fraction of the baseline's runtime that ``name`` saves: ``1 - median(name)/median(baseline)``.
+
+        0.25 reads "cuts runtime by 25 %"; a negative value means ``name`` is slower.
+        """
+        self._check_name(name)
+        return 1.0 - 1.0 / self.speedup[name]
+
+    def time_saved_ci(self, name: str) -> tuple[float, float]:
+        """Confidence interval of :meth:`time_saved`, mapped from the speedup interval.
+
+        ``time_saved = 1 - 1/speedup`` is increasing in the speedup, so the interval's ends map
+        directly.
+        """
+        self._check_name(name)
+        low, high = self.ci[name]
+        return (1.0 - 1.0 / low, 1.0 - 1.0 / high)
+
+    def _check_name(self, name: str) -> None:
+        if name not in self.timings:
+            raise KeyError(f"unknown case {name!r}; allowed: {', '.join(map(repr, self.timings))}")
+
+    def to_frame(self):
+        """A pandas DataFrame, one row per case: case, median_ms, iqr_ms, speedup, ci_low, ci_high,
+        noisy."""
+        import pandas as pd
+
+        rows = []
+        for name, t in self.timings.items():
+            low, high = self.ci[name]
+            rows.append({"case": name, "median_ms": t.median * 1e3, "iqr_ms": t.iqr * 1e3,
+                         "speedup": self.speedup[name], "ci_low": low, "ci_high": high,
+                         "noisy": t.noisy})
+        return pd.DataFrame(rows, columns=["case", "median_ms", "iqr_ms", "speedup", "ci_low",
+                                           "ci_high", "noisy"])
+
+    def to_dict(self) -> dict:
+        return {
+            "baseline": self.baseline,
+            "rounds": self.rounds,
+            "device": self.device,
+            "threads": self.threads,
+            "seed": self.seed,
+            "confidence": CONFIDENCE,
+            "orders": [list(o) for o in self.orders],
+            "cases": {
+                name: {
+                    **t.to_dict(),
+                    "speedup": self.speedup[name],
+                    "ci": list(self.ci[name]),
+                    "time_saved": self.time_saved(name),
+                    "time_saved_ci": list(self.time_saved_ci(name)),
+                }
+                for name, t in self.timings.items()
+            },
+        }
+
+    def __str__(self) -> str:
+        header = (f"{len(self.timings)} cases on {self.device}, {self.threads} threads, "
+                  f"{self.rounds} interleaved rounds; baseline {self.baseline!r}; "
+                  f"{CONFIDENCE:.0%} paired-bootstrap CI")
+        unit = _unit_for(min(t.median for t in self.timings.values()))
+        rows = [("case", "median", "IQR", "calls", "speedup", f"{CONFIDENCE:.0%} CI", "time saved",
+                 "")]
+        for name, t in self.timings.items():
+            low, high = self.ci[name]
+            rows.append((
+                name,
+                format_seconds(t.median, unit),
+                format_seconds(t.iqr, unit, 2),
+                str(t.number_per_sample),
+                f"{self.speedup[name]:.3f}x",
+                f"[{low:.3f}, {high:.3f}]",
+                f"{self.time_saved(name):+.1%}",
+                "noisy" if t.noisy else "",
+            ))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [header]
+        for i, r in enumerate(rows):
+            cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+            lines.append("  ".join(cells).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths).rstrip())
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+def _check_positive_number(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return value
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_threads(num_threads) -> int:
+    if num_threads is None:
+        return torch.get_num_threads()
+    return _check_int("num_threads", num_threads, 1)
+
+
+def _resolve_device(device) -> torch.device:
+    """``None``: the CPU, unless CUDA is already initialised in this process, in which case the
+    current CUDA device (so GPU work is never timed unsynchronised by accident). Pass ``device``
+    explicitly for MPS."""
+    if device is None:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    return _device.resolve(device)
+
+
+def _clock_for(dev: torch.device) -> Callable[[], float]:
+    """The timer function: plain ``timeit.default_timer`` on the CPU; on CUDA/MPS, synchronize the
+    device first so that queued kernels are counted."""
+    if dev.type in ("cuda", "mps"):
+        def clock() -> float:
+            _device.synchronize(dev)
+            return timeit.default_timer()
+        return clock
+    return timeit.default_timer
+
+
+@contextlib.contextmanager
+def _preserved_state(threads: int) -> Iterator[None]:
+    """Run the block with ``threads`` torch threads; afterwards restore the thread count and grad
+    mode exactly as they were, also when the block raises (the exception propagates unchanged)."""
+    grad_before = torch.is_grad_enabled()
+    threads_before = torch.get_num_threads()
+    try:
+        if threads != threads_before:
+            torch.set_num_threads(threads)
+        yield
+    finally:
+        if torch.get_num_threads() != threads_before:
+            torch.set_num_threads(threads_before)
+        if torch.is_grad_enabled() != grad_before:
+            torch.set_grad_enabled(grad_before)
+
+
+def _timer(fn: Callable[[], object], dev: torch.device, threads: int, label: str = "") -> Timer:
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, timer=_clock_for(dev),
+                 label=label or None)
+
+
+def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int) -> None:
+    for _ in range(warmup):
+        fn()
+    if dev.type in ("cuda", "mps"):
+        _device.synchronize(dev)
+
+
+# --------------------------------------------------------------------------------------------
+# measure
+# --------------------------------------------------------------------------------------------
+
+def measure(fn: Callable[[], object], device=None, min_run_time: float = 0.2, warmup: int = 3,
+            label: str = "", num_threads: "int | None" = None) -> Timing:
+    """Time ``fn()`` (called with no arguments) and return a :class:`Timing`.
+
+    ``device``: where ``fn``'s work runs; CUDA/MPS are synchronized before each clock read (see
+    :func:`_resolve_device` for ``None``). ``min_run_time``: seconds of timed calls to collect.
+    ``warmup``: untimed calls first (lazy initialisation, caches, allocator). ``num_threads``: torch
+    CPU threads during the measurement, by default the current ``torch.get_num_threads()``.
+
+    Uses ``torch.utils.benchmark.Timer(...).blocked_autorange(min_run_time=...)``; the thread count
+    and grad mode are the same afterwards as before, and exceptions from ``fn`` propagate.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable (a function taking no arguments), got "
+                         f"{type(fn).__name__}")
+    min_run_time = _check_positive_number("min_run_time", min_run_time)
+    warmup = _check_int("warmup", warmup, 0)
+    if not isinstance(label, str):
+        raise ValueError(f"label must be a string, got {type(label).__name__}")
+    threads = _check_threads(num_threads)
+    dev = _resolve_device(device)
+
+    with _preserved_state(threads):
+        _warm_up(fn, dev, warmup)
+        m = _timer(fn, dev, threads, label).blocked_autorange(min_run_time=min_run_time)
+
+    return Timing.from_samples(m.times, m.number_per_run, label=label, threads=threads,
+                               device=str(dev))
+
+
+# --------------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------------
+
+def bootstrap_speedup(samples: Mapping[str, "list[float]"], baseline: str,
+                      resamples: int = BOOTSTRAP_RESAMPLES, seed: "int | None" = 0,
+                      confidence: float = CONFIDENCE
+                      ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Speedups over ``baseline`` with paired percentile-bootstrap confidence intervals.
+
+    ``samples[name][r]`` is case ``name``'s per-call time in round ``r``; all cases have the same
+    rounds. The point estimate is ``median(baseline) / median(name)``. Each resample draws round
+    indices with replacement, *the same indices for every case* (pairing: a round where the machine
+    was slow counts against all cases together), and recomputes the ratio of medians. The interval
+    is the ``(1-confidence)/2`` and ``(1+confidence)/2`` percentiles of the resampled ratios.
+    Deterministic for a given ``seed`` (a ``numpy.random.default_rng``).
+    """
+    if baseline not in samples:
+        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
+                         f"{', '.join(map(repr, samples))}")
+    names = list(samples)
+    data = np.asarray([samples[n] for n in names], dtype=np.float64)  # (cases, rounds)
+    if data.ndim != 2 or data.shape[1] < 1:
+        raise ValueError("every case needs the same number (>= 1) of per-round samples")
+    rounds = data.shape[1]
+    b = names.index(baseline)
+    medians = np.median(data, axis=1)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, rounds, size=(int(resamples), rounds))
+    boot = np.median(data[:, idx], axis=2)  # (cases, resamples)
+    alpha = (1.0 - confidence) / 2.0
+    speedup: dict[str, float] = {}
+    ci: dict[str, tuple[float, float]] = {}
+    for i, name in enumerate(names):
+        if i == b:
+            speedup[name], ci[name] = 1.0, (1.0, 1.0)
+            continue
+        speedup[name] = float(medians[b] / medians[i])
+        ratios = boot[b] / boot[i]
+        low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+        ci[name] = (float(low), float(high))
+    return speedup, ci
+
+
+def _calibrate(timer: Timer, target: float) -> int:
+    """Calls per sample so that one sample takes about ``target`` seconds (at least 1 call)."""
+    number = 1
+    while True:
+        elapsed = timer.timeit(number).raw_times[0]  # seconds for `number` calls
+        if elapsed >= target / 5 or number >= 10**8:
+            break
+        # Grow quickly but without overshooting wildly: at most x10 per step.
+        number *= int(min(10, max(2, target / 5 / max(elapsed, 1e-9))))
+    return max(1, round(number * target / elapsed))
+
+
+def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = None, device=None,
+            rounds: int = 20, min_run_time: float = 0.5, warmup: int = 3, seed: "int | None" = 0,
+            num_threads: "int | None" = None, progress: bool = False) -> Comparison:
+    """Time several no-argument functions against each other, interleaved, and report speedups.
+
+    1. Every case is called ``warmup`` times (untimed).
+    2. Each case gets its own ``number`` of calls per sample, calibrated so a sample takes about
+       ``min_run_time / rounds`` seconds.
+    3. ``rounds`` rounds: each round times every case once with ``Timer(...).timeit(number)``, in an
+       order rotated by one each round (ABC, BCA, CAB, ...). ``Timer.timeit`` itself makes a few
+       untimed calls (``max(number // 100, 2)``) just before each sample, so no case pays for the
+       cache the previous case disturbed.
+    4. Per case, a :class:`Timing` over its per-round samples; speedup over ``baseline`` (default:
+       the first case) with a paired bootstrap CI (:func:`bootstrap_speedup`, seeded by ``seed``).
+
+    ``min_run_time`` is the timed seconds per case in total. ``progress=True`` shows a tqdm bar over
+    the rounds. Grad mode and the torch thread count are as before afterwards, also on error.
+    """
+    if not isinstance(cases, Mapping):
+        raise ValueError("cases must be a non-empty dict mapping names to functions, got "
+                         f"{type(cases).__name__}")
+    if len(cases) == 0:
+        raise ValueError("cases must be a non-empty dict mapping names to functions, got {}")
+    names = list(cases)
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"case names must be strings, got {name!r}")
+        if not callable(cases[name]):
+            raise ValueError(f"case {name!r} must be callable (a function taking no arguments), "
+                             f"got {type(cases[name]).__name__}")
+    if baseline is None:
+        baseline = names[0]
+    if baseline not in cases:
+        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
+                         f"{', '.join(map(repr, names))}")
+    rounds = _check_int("rounds", rounds, 2)
+    min_run_time = _check_positive_number("min_run_time", min_run_time)
+    warmup = _check_int("warmup", warmup, 0)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    threads = _check_threads(num_threads)
+    dev = _resolve_device(device)
+
+    k = len(names)
+    target = min_run_time / rounds
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    orders: list[tuple[str, ...]] = []
+
+    with _preserved_state(threads):
+        timers = {n: _timer(cases[n], dev, threads, n) for n in names}
+        for n in names:
+            _warm_up(cases[n], dev, warmup)
+        number = {n: _calibrate(timers[n], target) for n in names}
+
+        round_iter = range(rounds)
+        if progress:
+            from tqdm.auto import tqdm
+            round_iter = tqdm(round_iter, desc="rounds", total=rounds)
+        try:
+            for r in round_iter:
+                order = tuple(names[(r + j) % k] for j in range(k))
+                orders.append(order)
+                for n in order:
+                    m = timers[n].timeit(number[n])
+                    samples[n].append(m.raw_times[0] / number[n])
+        finally:
+            if progress:
+                round_iter.close()
+
+    timings = {n: Timing.from_samples(samples[n], number[n], label=n, threads=threads,
+                                      device=str(dev)) for n in names}
+    speedup, ci = bootstrap_speedup(samples, baseline, seed=seed)
+    return Comparison(timings=timings, baseline=baseline, speedup=speedup, ci=ci, rounds=rounds,
+                      device=str(dev), threads=threads, seed=seed, orders=orders)

@@ -1,0 +1,286 @@
+"""Tests for nogradlab.timing. Fast (a few seconds); no assertions on absolute speed."""
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+
+from nogradlab import timing
+from nogradlab.timing import Comparison, Timing, bootstrap_speedup, compare, measure
+
+FAST = dict(min_run_time=0.02, warmup=1)
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def _noop():
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_state():
+    """Belt and braces: a failing test must not leak grad mode or thread count into the next."""
+    grad, threads = torch.is_grad_enabled(), torch.get_num_threads()
+    yield
+    torch.set_grad_enabled(grad)
+    torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------- measure
+
+def test_measure_basic():
+    a = torch.randn(64, 64)
+    t = measure(lambda: a @ a, label="mm", **FAST)
+    assert isinstance(t, Timing)
+    assert t.median > 0 and t.iqr >= 0
+    assert len(t.times) >= 1 and all(x > 0 for x in t.times)
+    assert t.number_per_sample >= 1
+    assert t.threads == torch.get_num_threads()
+    assert t.device == "cpu"
+    assert t.label == "mm"
+    assert t.mean > 0
+    assert t.noisy == (t.relative_iqr > timing.NOISY_THRESHOLD)
+    d = t.to_dict()
+    assert d["median"] == t.median and d["times"] == t.times and "relative_iqr" in d
+    s = str(t)
+    assert "IQR" in s and f"n={len(t.times)} samples x {t.number_per_sample} calls" in s
+
+
+def test_timing_str_format():
+    t = Timing(label="", median=0.0123, iqr=0.0004, times=[0.0123] * 20, number_per_sample=5,
+               noisy=False, threads=2, device="cpu")
+    assert str(t) == "12.3 ms \u00b1 0.40 ms IQR (n=20 samples x 5 calls)"
+    assert t.relative_iqr == pytest.approx(0.0004 / 0.0123)
+
+
+def test_timing_from_samples_flags_noise():
+    quiet = Timing.from_samples([1.0, 1.01, 1.02, 0.99], 1, threads=1, device="cpu")
+    noisy = Timing.from_samples([1.0, 2.0, 3.0, 4.0], 1, threads=1, device="cpu")
+    assert not quiet.noisy and noisy.noisy
+    assert noisy.median == 2.5 and noisy.iqr == pytest.approx(1.5)
+
+
+def test_measure_threads_restored_and_recorded():
+    before = torch.get_num_threads()
+    seen = []
+    t = measure(lambda: seen.append(torch.get_num_threads()), num_threads=1, **FAST)
+    assert t.threads == 1
+    assert set(seen) == {1}  # warm-up and timed calls all ran with the requested threads
+    assert torch.get_num_threads() == before
+    measure(_noop, **FAST)
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_measure_runs_under_caller_grad_mode(grad):
+    seen = set()
+    with torch.set_grad_enabled(grad):
+        measure(lambda: seen.add(torch.is_grad_enabled()), **FAST)
+        assert torch.is_grad_enabled() is grad
+    assert seen == {grad}
+
+
+def test_measure_exception_propagates_and_state_restored():
+    before = torch.get_num_threads()
+
+    def bad():
+        torch.set_grad_enabled(True)  # fn messes with state, then fails
+        torch.set_num_threads(1)
+        raise Boom("from fn")
+
+    with torch.no_grad():
+        with pytest.raises(Boom, match="from fn"):
+            measure(bad, **FAST)
+        assert torch.is_grad_enabled() is False
+    assert torch.get_num_threads() == before
+
+    # Failing inside the Timer (after warm-up succeeded) also propagates unwrapped.
+    calls = itertools.count()
+
+    def fails_later():
+        if next(calls) >= 2:
+            raise Boom("later")
+
+    with torch.enable_grad():
+        with pytest.raises(Boom, match="later"):
+            measure(fails_later, warmup=2, min_run_time=0.02)
+        assert torch.is_grad_enabled() is True
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(fn=42), "callable"),
+    (dict(fn=_noop, min_run_time=0), "min_run_time"),
+    (dict(fn=_noop, min_run_time=-1.0), "min_run_time"),
+    (dict(fn=_noop, min_run_time="1"), "min_run_time"),
+    (dict(fn=_noop, warmup=-1), "warmup"),
+    (dict(fn=_noop, num_threads=0), "num_threads"),
+])
+def test_measure_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        measure(**kwargs)
+
+
+def test_measure_unknown_device():
+    with pytest.raises(ValueError, match="allowed"):
+        measure(_noop, device="tpu", **FAST)
+
+
+# ---------------------------------------------------------------------------------- compare
+
+def test_compare_more_work_is_slower():
+    c = compare({"slow": lambda: time.sleep(0.004), "fast": lambda: time.sleep(0.002)},
+                rounds=8, min_run_time=0.08, warmup=1)
+    assert isinstance(c, Comparison)
+    assert c.baseline == "slow" and c.rounds == 8 and c.device == "cpu"
+    assert c.threads == torch.get_num_threads()
+    assert c.timings["fast"].median < c.timings["slow"].median
+    assert c.speedup["slow"] == 1.0 and c.ci["slow"] == (1.0, 1.0)
+    assert c.speedup["fast"] > 1.0
+    for name in c.timings:
+        low, high = c.ci[name]
+        assert low <= c.speedup[name] <= high
+        assert len(c.timings[name].times) == 8
+        assert c.timings[name].median > 0
+    assert c.time_saved("fast") == pytest.approx(1 - c.timings["fast"].median / c.timings["slow"].median)
+    assert 0 < c.time_saved("fast") < 1
+    lo, hi = c.time_saved_ci("fast")
+    assert lo <= c.time_saved("fast") <= hi
+
+    frame = c.to_frame()
+    assert list(frame.columns) == ["case", "median_ms", "iqr_ms", "speedup", "ci_low", "ci_high",
+                                   "noisy"]
+    assert list(frame["case"]) == ["slow", "fast"]
+    assert frame.loc[1, "median_ms"] == pytest.approx(c.timings["fast"].median * 1e3)
+    d = c.to_dict()
+    assert d["baseline"] == "slow" and set(d["cases"]) == {"slow", "fast"}
+    text = str(c)
+    assert text.splitlines()[0].startswith("2 cases on cpu, ")
+    assert f"{c.threads} threads" in text.splitlines()[0]
+    assert "slow" in text and "fast" in text
+
+
+def test_compare_interleaves_and_rotates():
+    log = []
+    names = ["a", "b", "c"]
+    cases = {n: (lambda n=n: log.append(n)) for n in names}
+    rounds = 5
+    c = compare(cases, rounds=rounds, min_run_time=0.01, warmup=1)
+
+    expected = [tuple(names[(r + j) % 3] for j in range(3)) for r in range(rounds)]
+    assert c.orders == expected
+
+    # Collapse the call log into runs of the same case. The last rounds*3 runs are the measured
+    # samples: one per case per round, in the rotated order. (With 3 cases, neighbouring rounds
+    # never start with the case that ended the previous one, so runs never merge.)
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(log)]
+    measured = runs[-rounds * 3:]
+    assert [name for name, _ in measured] == [n for order in expected for n in order]
+    # Each run is one Timer.timeit(number): max(number // 100, 2) untimed calls + number timed.
+    for name, length in measured:
+        number = c.timings[name].number_per_sample
+        assert length == number + max(number // 100, 2)
+
+
+def test_bootstrap_deterministic_for_seed():
+    samples = {"base": [1.0, 1.2, 0.9, 1.1, 1.05, 1.3, 0.95, 1.0],
+               "x": [0.5, 0.7, 0.45, 0.6, 0.52, 0.8, 0.5, 0.49]}
+    s1, ci1 = bootstrap_speedup(samples, "base", seed=123)
+    s2, ci2 = bootstrap_speedup(samples, "base", seed=123)
+    assert s1 == s2 and ci1 == ci2
+    _, ci3 = bootstrap_speedup(samples, "base", seed=124)
+    assert ci3 != ci1  # another seed gives another (close) interval
+    low, high = ci1["x"]
+    assert low <= s1["x"] <= high
+    assert s1["x"] == pytest.approx(1.025 / 0.51)
+    assert ci1["base"] == (1.0, 1.0)
+
+
+def test_compare_ci_reproducible_from_its_samples():
+    c = compare({"a": _noop, "b": lambda: sum(range(50))}, rounds=6, min_run_time=0.01,
+                warmup=1, seed=7)
+    samples = {n: t.times for n, t in c.timings.items()}
+    speedup, ci = bootstrap_speedup(samples, "a", seed=7)
+    assert speedup == c.speedup and ci == c.ci
+
+
+def test_compare_paired_bootstrap_cancels_shared_drift():
+    # Both cases drift together over rounds (a machine slowing down); the ratio is constant, so a
+    # paired bootstrap gives a zero-width interval, where unpaired resampling would not.
+    base = [1.0 + 0.1 * r for r in range(10)]
+    half = [x / 2 for x in base]
+    speedup, ci = bootstrap_speedup({"base": base, "half": half}, "base", seed=0)
+    assert speedup["half"] == pytest.approx(2.0)
+    assert ci["half"][0] == pytest.approx(2.0) and ci["half"][1] == pytest.approx(2.0)
+
+
+def test_compare_baseline_choice():
+    c = compare({"a": _noop, "b": _noop}, baseline="b", rounds=2, min_run_time=0.005, warmup=0)
+    assert c.baseline == "b" and c.speedup["b"] == 1.0
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(cases={}), "non-empty"),
+    (dict(cases=[_noop]), "dict"),
+    (dict(cases={"a": 1}), "callable"),
+    (dict(cases={1: _noop}), "strings"),
+    (dict(cases={"a": _noop, "b": _noop}, baseline="c"), "allowed: 'a', 'b'"),
+    (dict(cases={"a": _noop}, rounds=1), "rounds"),
+    (dict(cases={"a": _noop}, min_run_time=0), "min_run_time"),
+    (dict(cases={"a": _noop}, warmup=-1), "warmup"),
+    (dict(cases={"a": _noop}, seed="x"), "seed"),
+])
+def test_compare_validation(kwargs, match):
+    calls = []
+    if isinstance(kwargs.get("cases"), dict):
+        kwargs["cases"] = {k: (lambda v=v: calls.append(1) or v()) if callable(v) else v
+                           for k, v in kwargs["cases"].items()}
+    with pytest.raises(ValueError, match=match):
+        compare(**kwargs)
+    assert calls == []  # validated before any work
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_compare_exception_propagates_and_state_restored(grad):
+    before = torch.get_num_threads()
+
+    def bad():
+        torch.set_grad_enabled(not grad)
+        raise Boom("case failed")
+
+    with torch.set_grad_enabled(grad):
+        with pytest.raises(Boom, match="case failed"):
+            compare({"ok": _noop, "bad": bad}, rounds=2, min_run_time=0.005, warmup=1,
+                    num_threads=1)
+        assert torch.is_grad_enabled() is grad
+    assert torch.get_num_threads() == before
+
+
+def test_compare_failure_after_warmup_propagates():
+    calls = itertools.count()
+    limit = 200
+
+    def flaky():
+        if next(calls) > limit:
+            raise Boom("mid-run")
+
+    before = torch.get_num_threads()
+    with torch.no_grad():
+        with pytest.raises(Boom, match="mid-run"):
+            compare({"a": _noop, "flaky": flaky}, rounds=50, min_run_time=0.05, warmup=0)
+        assert torch.is_grad_enabled() is False
+    assert torch.get_num_threads() == before
+
+
+def test_compare_threads_and_progress():
+    before = torch.get_num_threads()
+    seen = set()
+    c = compare({"a": lambda: seen.add(torch.get_num_threads()), "b": _noop}, rounds=3,
+                min_run_time=0.005, warmup=1, num_threads=1, progress=True)
+    assert c.threads == 1 and all(t.threads == 1 for t in c.timings.values())
+    assert seen == {1}
+    assert torch.get_num_threads() == before
