@@ -1,0 +1,724 @@
+"""Interactive lab: pick a workload, batch and gradient modes, press *Measure*, see memory and time.
+
+    from nogradlab import widgets
+    widgets.explorer("mlp", scale="tiny")             # controls + Measure button (live kernel)
+    widgets.budget_explorer("resnet50", budget_gib=12)  # GiB slider -> largest batch per mode
+
+Both work without a widget frontend too: ``interactive=False`` (chosen automatically outside a live
+Jupyter kernel, under pytest/nbval, or when ``NOGRADLAB_INTERACTIVE=0``) measures once and returns a
+result object whose HTML shows the same figure and table, so papermill reports and plain scripts
+get them as well.
+
+Nothing is measured here: memory comes from :func:`nogradlab.memory.measure` (the real model) or
+:func:`nogradlab.memory.estimate` (fake tensors), time from :func:`nogradlab.timing.compare`
+(interleaved rounds, paired bootstrap CI), largest batches from
+:func:`nogradlab.batch.largest_batch`. This module orchestrates and draws.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+from dataclasses import dataclass, field
+
+from . import device as _device
+from . import memory as _memory
+from . import modes as _modes
+from . import timing as _timing
+from . import workloads as _workloads
+
+__all__ = ["ModesResult", "BudgetResult", "measure_modes", "estimate_modes", "explorer",
+           "budget_explorer", "Explorer", "BudgetExplorer", "live_frontend", "MEMORY_SOURCES",
+           "BUDGET_MODES"]
+
+MEMORY_SOURCES = ("measure", "estimate")
+BUDGET_MODES = ("train", "grad", "eval+no_grad", "inference_mode")
+_FALSE = ("0", "false", "no", "off")
+
+
+def live_frontend() -> bool:
+    """True when widgets can be shown and clicked: a Jupyter kernel (not a terminal IPython),
+    not under pytest (nbval), and ``NOGRADLAB_INTERACTIVE`` not set to 0/false.
+    ``NOGRADLAB_INTERACTIVE=1`` forces widgets in any kernel. ``python -m nogradlab run`` should
+    set ``NOGRADLAB_INTERACTIVE=0`` for papermill, which a kernel cannot detect by itself."""
+    env = os.environ.get("NOGRADLAB_INTERACTIVE", "").strip().lower()
+    if env in _FALSE:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    return env != "" or "PYTEST_CURRENT_TEST" not in os.environ
+
+
+def _is_interactive(interactive) -> bool:
+    if interactive is None:
+        return live_frontend()
+    if not isinstance(interactive, bool):
+        raise ValueError(f"interactive must be True, False or None (auto), got {interactive!r}")
+    return interactive
+
+
+# --------------------------------------------------------------------------------------------
+# drawing helpers
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _img_html(png: bytes) -> str:
+    return f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
+
+
+def _html_table(header, rows) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _text_table(header, rows) -> str:
+    rows = [tuple(map(str, header))] + [tuple(map(str, r)) for r in rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = []
+    for i, r in enumerate(rows):
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in
+                                                         zip(r[1:], widths[1:])]).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _byte_unit(n: float):
+    for name, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return name, size
+    return "B", 1
+
+
+def _error_html(exc: BaseException) -> str:
+    return ('<div style="border:1px solid #c00;background:#fee;color:#600;padding:6px 10px;'
+            'border-radius:4px" class="nogradlab-error"><b>'
+            f"{html.escape(type(exc).__name__)}</b>: {html.escape(str(exc))}</div>")
+
+
+# --------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class ModesResult:
+    """Memory and time of the same call under several gradient modes (settings).
+
+    ``memory[mode]`` is a :class:`nogradlab.memory.MemoryReport` (measured or estimated, see
+    ``memory_source``); ``comparison`` a :class:`nogradlab.timing.Comparison` whose baseline is the
+    first mode (None when time was not measured)."""
+
+    modes: list
+    memory: dict = field(default_factory=dict)
+    comparison: "object | None" = None
+    memory_source: str = "measure"
+    device: str = "cpu"
+    title: str = ""
+    seconds: float = 0.0  # wall time the measurement took
+
+    def frame(self):
+        """One row per mode: bytes (peak, saved for backward, retained) and time (median, IQR,
+        speedup over the first mode with its CI, time saved)."""
+        import pandas as pd
+
+        rows = []
+        for m in self.modes:
+            r = self.memory.get(m)
+            row = {"mode": m,
+                   "peak_bytes": r.peak_bytes if r else None,
+                   "saved_bytes": r.saved_bytes if r else None,
+                   "retained_bytes": r.retained_bytes if r else None}
+            c = self.comparison
+            if c is not None:
+                t = c.timings[m]
+                row.update(median_ms=t.median * 1e3, iqr_ms=t.iqr * 1e3, speedup=c.speedup[m],
+                           ci_low=c.ci[m][0], ci_high=c.ci[m][1], time_saved=c.time_saved(m),
+                           noisy=t.noisy)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def _rows(self):
+        header = ["mode"]
+        c = self.comparison
+        if c is not None:
+            header += ["median", "IQR", "speedup", f"{_timing.CONFIDENCE:.0%} CI", "time saved"]
+        if self.memory:
+            header += ["peak", "saved for backward", "retained"]
+        rows = []
+        unit = _timing._unit_for(min(t.median for t in c.timings.values())) if c else None
+        for m in self.modes:
+            row = [m]
+            if c is not None:
+                t = c.timings[m]
+                lo, hi = c.ci[m]
+                row += [_timing.format_seconds(t.median, unit),
+                        _timing.format_seconds(t.iqr, unit, 2) + (" (noisy)" if t.noisy else ""),
+                        f"{c.speedup[m]:.3f}x", f"[{lo:.3f}, {hi:.3f}]",
+                        f"{c.time_saved(m):+.1%}"]
+            if self.memory:
+                r = self.memory[m]
+                row += [_memory.format_bytes(r.peak_bytes), _memory.format_bytes(r.saved_bytes),
+                        _memory.format_bytes(r.retained_bytes)]
+            rows.append(row)
+        return header, rows
+
+    def _caption(self) -> str:
+        parts = [self.title] if self.title else []
+        if self.memory:
+            parts.append(f"memory {'estimated with fake tensors' if self.memory_source == 'estimate' else 'measured'}")
+        if self.comparison is not None:
+            c = self.comparison
+            parts.append(f"time: {c.rounds} interleaved rounds, {c.threads} threads, "
+                         f"speedup vs {c.baseline!r}")
+        return "; ".join(parts)
+
+    def __str__(self) -> str:
+        return self._caption() + "\n" + _text_table(*self._rows())
+
+    __repr__ = __str__
+
+    def figure(self):
+        """A matplotlib Figure: memory bars (peak, saved for backward) and time bars (median
+        with IQR), one group per mode."""
+        from matplotlib.figure import Figure
+
+        panels = int(bool(self.memory)) + int(self.comparison is not None)
+        fig = Figure(figsize=(4.6 * max(panels, 1), 3.3))
+        axes = fig.subplots(1, max(panels, 1), squeeze=False)[0]
+        i = 0
+        xs = range(len(self.modes))
+        if self.memory:
+            ax = axes[i]
+            i += 1
+            peak = [self.memory[m].peak_bytes for m in self.modes]
+            saved = [self.memory[m].saved_bytes for m in self.modes]
+            name, size = _byte_unit(max(peak + saved + [1]))
+            w = 0.38
+            ax.bar([x - w / 2 for x in xs], [p / size for p in peak], w, label="peak (new allocations)",
+                   color="#4c72b0")
+            ax.bar([x + w / 2 for x in xs], [s / size for s in saved], w,
+                   label="saved for backward (incl. inputs)", color="#dd8452")
+            ax.set_xticks(list(xs), self.modes)
+            ax.set_ylabel(name)
+            src = "estimated" if self.memory_source == "estimate" else "measured"
+            ax.set_title(f"memory ({src})")
+            ax.legend(fontsize=8)
+        if self.comparison is not None:
+            ax = axes[i]
+            c = self.comparison
+            uname, uscale = _timing._unit_for(min(t.median for t in c.timings.values()))
+            med = [c.timings[m].median / uscale for m in self.modes]
+            iqr = [c.timings[m].iqr / uscale / 2 for m in self.modes]
+            ax.bar(list(xs), med, 0.6, yerr=iqr, capsize=4, color="#55a868")
+            for x, m in zip(xs, self.modes):
+                lo, hi = c.ci[m]
+                ax.annotate(f"{c.speedup[m]:.2f}x\n[{lo:.2f}, {hi:.2f}]", (x, med[x] + iqr[x]),
+                            ha="center", va="bottom", fontsize=8, xytext=(0, 4),
+                            textcoords="offset points")
+            ax.set_xticks(list(xs), self.modes)
+            ax.set_ylabel(uname)
+            ax.set_ylim(0, max(a + b for a, b in zip(med, iqr)) * 1.35)
+            ax.set_title(f"time per call (median, IQR); speedup vs {c.baseline}")
+        if self.title:
+            fig.suptitle(self.title, fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    def png(self) -> bytes:
+        return _png(self.figure())
+
+    def _repr_html_(self) -> str:
+        return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
+                f"{_img_html(self.png())}</div>")
+
+
+@dataclass
+class BudgetResult:
+    """Largest batch per mode that fits ``budget_bytes`` on ``device`` (from
+    :func:`nogradlab.batch.largest_batch`); ``results[mode]`` is its ``BatchResult``."""
+
+    workload: str
+    scale: str
+    device: str
+    budget_bytes: int
+    results: dict = field(default_factory=dict)
+    method: str = "estimate"
+    seconds: float = 0.0
+
+    @property
+    def batches(self) -> dict:
+        return {m: r.batch for m, r in self.results.items()}
+
+    def _rows(self):
+        base = self.results.get("train")
+        rows = []
+        for m, r in self.results.items():
+            ratio = f"{r.batch / base.batch:.2f}x" if base is not None and base.batch else "n/a"
+            rows.append([m, r.batch, ratio])
+        return ["mode", "largest batch", "vs train"], rows
+
+    def _caption(self) -> str:
+        return (f"{self.workload} ({self.scale}) on {self.device}: largest batch within "
+                f"{self.budget_bytes / 2**30:g} GiB "
+                f"({'fake-tensor estimates' if self.method == 'estimate' else 'real runs'})")
+
+    def __str__(self) -> str:
+        return self._caption() + "\n" + _text_table(*self._rows())
+
+    __repr__ = __str__
+
+    def figure(self):
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 2.8))
+        ax = fig.subplots()
+        names = list(self.results)
+        vals = [self.results[m].batch for m in names]
+        ax.barh(names, vals, color="#4c72b0")
+        for y, v in enumerate(vals):
+            ax.annotate(str(v), (v, y), xytext=(3, 0), textcoords="offset points", va="center",
+                        fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("largest batch that fits")
+        ax.set_xlim(0, max(vals + [1]) * 1.15)
+        ax.set_title(self._caption(), fontsize=9)
+        fig.tight_layout()
+        return fig
+
+    def png(self) -> bytes:
+        return _png(self.figure())
+
+    def _repr_html_(self) -> str:
+        return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
+                f"{_img_html(self.png())}</div>")
+
+
+# --------------------------------------------------------------------------------------------
+# orchestration (the measurements themselves live in memory / timing / batch)
+
+
+def _check_modes(modes_) -> list:
+    if isinstance(modes_, str):
+        modes_ = [modes_]
+    modes_ = list(modes_ or [])
+    if not modes_:
+        raise ValueError(f"choose at least one mode; allowed: {', '.join(_modes.names())} "
+                         "(or settings such as 'eval+no_grad')")
+    for m in modes_:
+        _modes.parse(m)  # raises naming the allowed parts
+    if len(set(modes_)) != len(modes_):
+        raise ValueError(f"modes repeat: {modes_}")
+    return modes_
+
+
+def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, *, model=None,
+                  memory: bool = True, time: bool = True, rounds: int = 10,
+                  min_run_time: float = 0.3, warmup: int = 2, method: str = "auto",
+                  on_step=None, title: str = "") -> ModesResult:
+    """Run ``fn()`` under each mode (a name from ``nogradlab.modes`` or a setting such as
+    ``"eval+no_grad"``; train/eval settings need ``model``): its memory once per mode with
+    :func:`nogradlab.memory.measure`, then its time with :func:`nogradlab.timing.compare`
+    (interleaved rounds, warm-up, speedup over the first mode with a paired-bootstrap CI).
+
+    ``on_step(done, total, text)`` is called before each step (for progress bars).
+    """
+    import time as _time
+
+    modes_ = _check_modes(modes)
+    dev = _device.resolve(device) if device is not None else None
+    for m in modes_:
+        if _modes.parse(m).train is not None and model is None:
+            raise ValueError(f"mode {m!r} sets train/eval, so it needs model=")
+    total = len(modes_) * int(memory) + int(time)
+    step = 0
+
+    def tick(text):
+        nonlocal step
+        if on_step is not None:
+            on_step(step, total, text)
+        step += 1
+
+    def case(m):
+        def run():
+            with _modes.setting(m, model=model, device=dev):
+                return fn()
+        return run
+
+    cases = {m: case(m) for m in modes_}
+    start = _time.perf_counter()
+    reports = {}
+    if memory:
+        for m in modes_:
+            tick(f"memory: {m}")
+            reports[m] = _memory.measure(cases[m], dev, method=method, label=m)
+    comparison = None
+    if time:
+        tick(f"time: {len(modes_)} modes, {rounds} interleaved rounds")
+        comparison = _timing.compare(cases, baseline=modes_[0], device=dev, rounds=rounds,
+                                     min_run_time=min_run_time, warmup=warmup)
+    if on_step is not None:
+        on_step(total, total, "done")
+    return ModesResult(modes=modes_, memory=reports, comparison=comparison,
+                       memory_source="measure", device=str(dev) if dev is not None else "any",
+                       title=title, seconds=_time.perf_counter() - start)
+
+
+def estimate_modes(workload, batch: int, modes=("grad", "no_grad", "inference_mode"),
+                   device="cpu", *, scale: str = "tiny", on_step=None) -> dict:
+    """``{mode: MemoryReport}`` from :func:`nogradlab.memory.estimate` (fake tensors: nothing
+    allocated; ``device="cuda"`` works without a GPU)."""
+    modes_ = _check_modes(modes)
+    out = {}
+    for i, m in enumerate(modes_):
+        if on_step is not None:
+            on_step(i, len(modes_), f"estimate: {m}")
+        out[m] = _memory.estimate(workload, batch, device, mode=m, scale=scale)
+    return out
+
+
+def _check_common(workload, scale, batch, dev_name):
+    if workload not in _workloads.names():
+        raise ValueError(f"unknown workload {workload!r}; allowed: {', '.join(_workloads.names())}")
+    if scale not in _workloads.SCALE_CHOICES:
+        raise ValueError(f"unknown scale {scale!r}; allowed: {', '.join(_workloads.SCALE_CHOICES)}")
+    if batch is not None:
+        _workloads.check_batch(batch)
+    return _device.resolve(dev_name)
+
+
+def _run_workload(workload, scale, batch, modes_, dev, memory_source, *, rounds, min_run_time,
+                  on_step=None) -> ModesResult:
+    """Build ``workload`` at ``scale`` on ``dev``, then memory (measured or estimated) and time
+    per mode. The model is in eval mode for every plain gradient mode, so only grad mode differs."""
+    import time as _time
+
+    import torch
+
+    if memory_source not in MEMORY_SOURCES:
+        raise ValueError(f"unknown memory source {memory_source!r}; allowed: "
+                         f"{', '.join(MEMORY_SOURCES)}")
+    start = _time.perf_counter()
+    wl = _workloads.get(workload, scale)
+    batch = batch or wl.default_batch
+    torch.manual_seed(0)
+    model = wl.build(dev).eval()
+    x = wl.make_input(batch, dev)
+    title = f"{workload} ({scale}), batch {batch}, {_device.label(_device.describe(dev))}"
+    k = len(modes_)
+    if memory_source == "estimate":
+        steps = k + 1
+
+        def sub(i, _n, text):
+            if on_step is not None:
+                on_step(min(i, k), steps, text)
+
+        reports = estimate_modes(wl, batch, modes_, dev, scale=scale, on_step=sub)
+        res = measure_modes(lambda: model(x), modes_, dev, model=model, memory=False,
+                            rounds=rounds, min_run_time=min_run_time,
+                            on_step=(lambda i, n, t: on_step(k + i, steps, t)) if on_step else None,
+                            title=title)
+        res.memory, res.memory_source = reports, "estimate"
+    else:
+        res = measure_modes(lambda: model(x), modes_, dev, model=model, rounds=rounds,
+                            min_run_time=min_run_time, on_step=on_step, title=title)
+    res.seconds = _time.perf_counter() - start
+    return res
+
+
+# --------------------------------------------------------------------------------------------
+# explorer
+
+
+class Explorer:
+    """The controls of :func:`explorer` and what they last produced.
+
+    ``widget`` is the ipywidgets box; ``measure()`` runs one measurement with the current control
+    values (what the *Measure* button does); ``result`` is the last :class:`ModesResult`, ``error``
+    the last error message (shown in the widget, not raised), ``runs`` how many measurements ran.
+    Displaying the object shows the widget and, the first time, measures once.
+    """
+
+    def __init__(self, workload="mlp", scale="tiny", batch=None, modes=("grad", "no_grad",
+                 "inference_mode"), device="auto", memory_source="measure", rounds=10,
+                 min_run_time=0.3):
+        import ipywidgets as W
+
+        self.rounds, self.min_run_time = rounds, min_run_time
+        self.result = None
+        self.error = None
+        self.runs = 0
+        wl = _workloads.get(workload, scale)
+        devices = _device.available()
+        if device not in devices:
+            devices.append(device)
+        style = {"description_width": "80px"}
+        lay = W.Layout(width="230px")
+        self.workload = W.Dropdown(options=list(_workloads.names()), value=workload,
+                                   description="workload", style=style, layout=lay)
+        self.scale = W.Dropdown(options=list(_workloads.SCALES), value=scale,
+                                description="scale", style=style, layout=lay)
+        self.batch = W.BoundedIntText(value=batch or wl.default_batch, min=1, max=1 << 20,
+                                      description="batch", style=style, layout=lay)
+        self.device = W.Dropdown(options=devices, value=device, description="device",
+                                 style=style, layout=lay)
+        self.memory_source = W.Dropdown(options=list(MEMORY_SOURCES), value=memory_source,
+                                        description="memory", style=style, layout=lay)
+        self.mode_boxes = {m: W.Checkbox(value=m in modes, description=m, indent=False,
+                                         layout=W.Layout(width="150px"))
+                           for m in list(_modes.names()) + [m for m in modes
+                                                            if m not in _modes.names()]}
+        self.button = W.Button(description="Measure", button_style="primary", icon="play")
+        self.progress = W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="230px"))
+        self.status = W.HTML(value="not measured yet")
+        self.error_box = W.HTML(value="")
+        self.output = W.Output()
+        self.workload.observe(self._default_batch, names="value")
+        self.scale.observe(self._default_batch, names="value")
+        self.button.on_click(lambda _b: self.measure())
+        self.widget = W.VBox([
+            W.HBox([W.VBox([self.workload, self.scale, self.batch]),
+                    W.VBox([self.device, self.memory_source]),
+                    W.VBox([W.Label("modes to compare"), *self.mode_boxes.values()])]),
+            W.HBox([self.button, self.progress, self.status]),
+            self.error_box, self.output])
+        self.widget.add_class("nogradlab-explorer")
+        self._shown = False
+
+    def _default_batch(self, _change):
+        self.batch.value = _workloads.get(self.workload.value, self.scale.value).default_batch
+
+    @property
+    def modes(self) -> list:
+        return [m for m, box in self.mode_boxes.items() if box.value]
+
+    def _step(self, done, total, text):
+        self.progress.max = max(total, 1)
+        self.progress.value = done
+        self.status.value = f"measurement #{self.runs + 1}: {html.escape(text)}..."
+
+    def measure(self):
+        """Measure with the current control values and redraw; errors go to the error box."""
+        from IPython.display import HTML, Image, display
+
+        self.button.disabled = True
+        self.error_box.value = ""
+        try:
+            modes_ = _check_modes(self.modes)
+            dev = _device.resolve(self.device.value)
+            res = _run_workload(self.workload.value, self.scale.value, self.batch.value, modes_,
+                                dev, self.memory_source.value, rounds=self.rounds,
+                                min_run_time=self.min_run_time, on_step=self._step)
+        except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
+            self.error = f"{type(e).__name__}: {e}"
+            self.error_box.value = _error_html(e)
+            self.status.value = f"measurement #{self.runs + 1} failed"
+            return None
+        finally:
+            self.button.disabled = False
+        self.runs += 1
+        self.result, self.error = res, None
+        self.progress.value = self.progress.max
+        self.status.value = (f"<span class='nogradlab-status'>measurement #{self.runs}: "
+                             f"{html.escape(res.title)}, done in {res.seconds:.1f} s</span>")
+        self.output.clear_output(wait=True)
+        with self.output:
+            display(HTML(_html_table(*res._rows())))
+            display(Image(data=res.png(), format="png"))
+        return res
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+        if not self._shown:
+            self._shown = True
+            self.measure()
+
+
+def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = None,
+             modes=("grad", "no_grad", "inference_mode"), device: str = "auto", interactive=None,
+             *, memory_source: str = "measure", rounds: int = 10, min_run_time: float = 0.3):
+    """Compare gradient modes on a workload: memory and time per mode, as bars.
+
+    ``workload``: one of ``nogradlab.workloads.names()``; ``scale``: tiny/small/full or ``auto``;
+    ``batch``: None for the workload's default; ``modes``: names from ``nogradlab.modes`` (or
+    settings such as ``"eval+no_grad"``); ``device``: auto/cpu/cuda/cuda:N/mps;
+    ``memory_source``: ``"measure"`` (the real model) or ``"estimate"`` (fake tensors).
+
+    Interactive (a live Jupyter frontend, see :func:`live_frontend`): returns an
+    :class:`Explorer`; displaying it shows the controls and measures once. Otherwise: measures once
+    and returns a :class:`ModesResult` (its HTML holds the same table and figure).
+    Bad arguments raise ``ValueError`` naming the allowed values before anything runs.
+    """
+    dev = _check_common(workload, scale, batch, device)
+    scale = _workloads.resolve_scale(scale, dev)
+    modes_ = _check_modes(modes)
+    if memory_source not in MEMORY_SOURCES:
+        raise ValueError(f"unknown memory source {memory_source!r}; allowed: "
+                         f"{', '.join(MEMORY_SOURCES)}")
+    if _is_interactive(interactive):
+        return Explorer(workload, scale, batch, modes_, device, memory_source, rounds,
+                        min_run_time)
+    return _run_workload(workload, scale, batch, modes_, dev, memory_source, rounds=rounds,
+                         min_run_time=min_run_time)
+
+
+# --------------------------------------------------------------------------------------------
+# budget explorer
+
+
+def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
+                    method: str = "estimate", on_step=None, cache=None) -> BudgetResult:
+    """Largest batch per mode within ``budget_gib`` GiB, from ``nogradlab.batch.largest_batch``
+    (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; ``"auto"``: real
+    runs under a memory cap on a real GPU). ``cache`` (a dict) reuses answers."""
+    import time as _time
+
+    from .batch import largest_batch
+
+    if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
+            and budget_gib > 0):
+        raise ValueError(f"budget_gib must be a positive number of GiB, got {budget_gib!r}")
+    budget = int(budget_gib * 2**30)
+    start = _time.perf_counter()
+    results = {}
+    for i, m in enumerate(modes):
+        if on_step is not None:
+            on_step(i, len(modes), f"largest batch: {m}")
+        key = (workload, scale, str(device), budget, m, method)
+        if cache is not None and key in cache:
+            results[m] = cache[key]
+            continue
+        results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method)
+        if cache is not None:
+            cache[key] = results[m]
+    if on_step is not None:
+        on_step(len(modes), len(modes), "done")
+    return BudgetResult(workload=workload, scale=scale, device=str(device), budget_bytes=budget,
+                        results=results, method=method, seconds=_time.perf_counter() - start)
+
+
+def _check_budget_device(device) -> str:
+    if isinstance(device, str) and device.strip().lower().startswith("cuda"):
+        return device.strip().lower()  # a virtual GPU: estimates need no real one
+    return str(_device.resolve(device))
+
+
+class BudgetExplorer:
+    """The controls of :func:`budget_explorer`: a GiB slider, workload, scale, device; every
+    change recomputes the largest batch per mode (cached). ``result`` / ``error`` / ``runs`` as
+    in :class:`Explorer`."""
+
+    def __init__(self, workload="resnet50", scale="full", device="cuda", budget_gib=12.0,
+                 modes=BUDGET_MODES, method="estimate"):
+        import ipywidgets as W
+
+        self.modes_ = tuple(modes)
+        self.method = method
+        self.result, self.error, self.runs = None, None, 0
+        self._cache: dict = {}
+        style = {"description_width": "80px"}
+        small = min(0.5, budget_gib)
+        self.budget = W.FloatSlider(value=budget_gib, min=small, max=max(80.0, budget_gib),
+                                    step=small, description="budget GiB", readout_format=".3g",
+                                    continuous_update=False, style=style,
+                                    layout=W.Layout(width="420px"))
+        self.workload = W.Dropdown(options=list(_workloads.names()), value=workload,
+                                   description="workload", style=style)
+        self.scale = W.Dropdown(options=list(_workloads.SCALES), value=scale,
+                                description="scale", style=style)
+        devices = ["cuda", "cpu"] + [d for d in [device] if d not in ("cuda", "cpu")]
+        self.device = W.Dropdown(options=devices, value=device, description="device",
+                                 style=style)
+        self.progress = W.IntProgress(value=0, min=0, max=len(self.modes_))
+        self.status = W.HTML(value="not computed yet")
+        self.error_box = W.HTML(value="")
+        self.output = W.Output()
+        for w in (self.budget, self.workload, self.scale, self.device):
+            w.observe(lambda _c: self.compute(), names="value")
+        self.widget = W.VBox([W.HBox([self.workload, self.scale, self.device]), self.budget,
+                              W.HBox([self.progress, self.status]), self.error_box, self.output])
+        self.widget.add_class("nogradlab-budget-explorer")
+        self._shown = False
+
+    def _step(self, done, total, text):
+        self.progress.max = max(total, 1)
+        self.progress.value = done
+        self.status.value = f"computation #{self.runs + 1}: {html.escape(text)}..."
+
+    def compute(self):
+        """Recompute with the current control values; errors go to the error box."""
+        from IPython.display import HTML, Image, display
+
+        self.error_box.value = ""
+        try:
+            dev = _check_budget_device(self.device.value)
+            res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
+                                  self.modes_, method=self.method, on_step=self._step,
+                                  cache=self._cache)
+        except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
+            self.error = f"{type(e).__name__}: {e}"
+            self.error_box.value = _error_html(e)
+            self.status.value = f"computation #{self.runs + 1} failed"
+            return None
+        self.runs += 1
+        self.result, self.error = res, None
+        self.status.value = (f"<span class='nogradlab-status'>computation #{self.runs}: "
+                             f"{html.escape(res._caption())}, {res.seconds:.1f} s</span>")
+        self.output.clear_output(wait=True)
+        with self.output:
+            display(HTML(_html_table(*res._rows())))
+            display(Image(data=res.png(), format="png"))
+        return res
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+        if not self._shown:
+            self._shown = True
+            self.compute()
+
+
+def budget_explorer(workload: str = "resnet50", scale: str = "full", device: str = "cuda",
+                    budget_gib: float = 12, interactive=None, *, modes=BUDGET_MODES,
+                    method: str = "estimate"):
+    """How large a batch fits a memory budget, per mode (``train`` step, ``grad`` forward,
+    ``eval+no_grad``, ``inference_mode``), from fake-tensor estimates: a GPU-sized question
+    answered on any machine (``device="cuda"`` is virtual when no GPU is present).
+    ``method="auto"`` uses real runs under a memory cap where a real GPU is present.
+
+    Interactive: returns a :class:`BudgetExplorer` (a GiB slider; displaying it computes once).
+    Otherwise computes once and returns a :class:`BudgetResult` (table and bar chart in its HTML).
+    """
+    if workload not in _workloads.names():
+        raise ValueError(f"unknown workload {workload!r}; allowed: {', '.join(_workloads.names())}")
+    if scale not in _workloads.SCALES:
+        raise ValueError(f"unknown scale {scale!r}; allowed: {', '.join(_workloads.SCALES)}")
+    dev = _check_budget_device(device)
+    if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
+            and budget_gib > 0):
+        raise ValueError(f"budget_gib must be a positive number of GiB, got {budget_gib!r}")
+    from .batch import METHODS, MODES
+
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"modes must be chosen from {', '.join(MODES)}; got {modes!r}")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
+    if _is_interactive(interactive):
+        return BudgetExplorer(workload, scale, device, float(budget_gib), modes, method)
+    return largest_batches(workload, scale, dev, budget_gib, modes, method=method)
