@@ -39,9 +39,9 @@ _FALSE = ("0", "false", "no", "off")
 
 def live_frontend() -> bool:
     """True when widgets can be shown and clicked: a Jupyter kernel (not a terminal IPython),
-    not under pytest (nbval), and ``NOGRADLAB_INTERACTIVE`` not set to 0/false.
-    ``NOGRADLAB_INTERACTIVE=1`` forces widgets in any kernel. ``python -m nogradlab run`` should
-    set ``NOGRADLAB_INTERACTIVE=0`` for papermill, which a kernel cannot detect by itself."""
+    not under pytest (nbval), not under ``python -m nogradlab run`` (papermill; it sets
+    ``NOGRADLAB_LEDGER``), and ``NOGRADLAB_INTERACTIVE`` not set to 0/false.
+    ``NOGRADLAB_INTERACTIVE=1`` forces widgets in any kernel."""
     env = os.environ.get("NOGRADLAB_INTERACTIVE", "").strip().lower()
     if env in _FALSE:
         return False
@@ -52,7 +52,8 @@ def live_frontend() -> bool:
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
-    return env != "" or "PYTEST_CURRENT_TEST" not in os.environ
+    headless = "PYTEST_CURRENT_TEST" in os.environ or "NOGRADLAB_LEDGER" in os.environ
+    return env != "" or not headless
 
 
 def _is_interactive(interactive) -> bool:
