@@ -1,0 +1,100 @@
+"""Command line: ``python -m nogradlab run`` (the executable article) and ``python -m nogradlab claims``.
+
+    python -m nogradlab run    [--device auto] [--scale auto] [--out build] [--notebooks DIR] [--results DIR]
+    python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0]
+
+``run`` executes every notebook (notebooks/NN_*.ipynb) with papermill and writes ``<out>/report.html``,
+``<out>/claims.json`` and the executed notebooks with their HTML; ``claims`` runs the claim checks
+alone and prints the verdict table. Both exit 0 only when every claim got a verdict (and, for
+``run``, every notebook ran); 2 on bad arguments; 130 when interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m nogradlab",
+                                description="What torch.no_grad really does: the article's claims, measured.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{run,claims}")
+
+    def common(sp):
+        sp.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
+        sp.add_argument("--scale", default="auto",
+                        help="auto, tiny, small or full (default auto: full on CUDA, tiny elsewhere)")
+        sp.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    r = sub.add_parser("run", help="execute every notebook and write the report")
+    common(r)
+    r.add_argument("--out", default="build", help="output folder (default build)")
+    r.add_argument("--notebooks", default=None, help="folder of NN_*.ipynb notebooks (default notebooks/)")
+    r.add_argument("--results", default=None,
+                   help="folder of reference runs, <machine>/claims.json (default results/)")
+    c = sub.add_parser("claims", help="run the claim checks alone and print the verdict table")
+    common(c)
+    c.add_argument("--json", default=None, metavar="FILE", help="also write the results as claims.json here")
+    c.add_argument("--ids", default=None, help="comma-separated claim ids (default all), e.g. C01,C02")
+    c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    c.add_argument("--results", default=None,
+                   help="show reference runs from this folder beside the verdicts (default: none)")
+    return p
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
+    from . import device as _device
+    from . import report, runner, workloads
+
+    # bad input fails here, before any work, naming what is allowed
+    try:
+        dev = _device.resolve(args.device)
+        workloads.resolve_scale(args.scale, dev)
+        ids = runner.parse_ids(args.ids) if args.cmd == "claims" else None
+        if args.cmd == "run":
+            runner.discover(args.notebooks or runner.default_dir("notebooks"))
+    except (ValueError, RuntimeError, TypeError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    color = report.color_default(sys.stdout)
+    try:
+        if args.cmd == "run":
+            outcome = runner.run(dev, args.scale, args.out, args.notebooks, args.results,
+                                 progress=not args.no_progress, command=command)
+            print(report.terminal_table(outcome.doc, outcome.refs, color=color))
+            meta = outcome.doc["meta"]
+            if outcome.ok:
+                print(f"report: {(outcome.path / 'report.html').resolve()}")
+                return 0
+            bad = [n["name"] for n in meta["notebooks"] if n["status"] != "ok"]
+            print(f"FAILED: {len(bad)} notebook(s) failed or did not run ({', '.join(bad) or 'none'}), "
+                  f"{meta['counts'].get(report.NOT_RUN, 0)} claim(s) not run.", file=sys.stderr)
+            print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
+            if (Path(args.out) / "report.html").exists():
+                print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)
+            return 130 if meta.get("interrupted") else 1
+        doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=not args.no_progress,
+                                  command=command)
+        if args.json:
+            report.write_json(doc, args.json)
+        refs = report.load_references(args.results) if args.results else []
+        print(report.terminal_table(doc, refs, color=color))
+        if args.json:
+            print(f"claims.json: {Path(args.json).resolve()}")
+        return 0 if doc["meta"]["complete"] else 1
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,455 @@
+"""claims.json and report.html: the verdicts of one run, beside reference runs on other hardware.
+
+    doc = report.build_doc(results, source="claims", device="cpu", scale="tiny")
+    report.validate(doc)                     # against nogradlab/schema/claims.schema.json
+    print(report.terminal_table(doc))
+    report.write_html(doc, "build", refs=report.load_references("results"))
+
+``claims.json`` lists every registered claim (id order) with its verdict, the measured summary and
+evidence, the article's figure, the device and torch version it was measured with, the scale and the
+notebook that checked it; a claim no check reached has verdict ``null`` and is shown as "not run".
+Its ``meta`` block names the machine, the run and each notebook's outcome.
+
+``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
+fetched): the verdict table colour-coded, with one extra column per reference machine
+(``results/<machine>/claims.json``), the charts, and relative links to the executed notebooks.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import io
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from . import __version__
+from . import claims as _claims
+from . import device as _device
+
+__all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
+           "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
+           "render_html", "write_html", "charts", "color_default", "cell_name"]
+
+SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
+NOT_RUN = "not run"
+COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
+           "not testable": "#57606a", NOT_RUN: "#8250df"}
+_ANSI = {"holds": "32", "does not hold": "31", "depends": "33", "not testable": "90", NOT_RUN: "35;1"}
+
+
+# --------------------------------------------------------------------------- claims.json
+
+def schema() -> dict:
+    """The JSON schema every claims.json follows (nogradlab/schema/claims.schema.json)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate(doc: dict) -> None:
+    """Raise ``ValueError`` naming the first problem when ``doc`` does not follow the schema.
+
+    Uses ``jsonschema`` when installed; without it only the verdict words are checked.
+    """
+    try:
+        import jsonschema
+    except ImportError:  # a plain install without the dev extras
+        for c in doc.get("claims", []):
+            if c.get("verdict") not in _claims.VERDICTS + (None,):
+                raise ValueError(f"claim {c.get('id')}: verdict {c.get('verdict')!r}; allowed: "
+                                 f"{', '.join(_claims.VERDICTS)} or null") from None
+        return
+    cls = jsonschema.validators.validator_for(schema())
+    errors = sorted(cls(schema()).iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top)"
+        raise ValueError(f"claims.json does not follow the schema at {where}: {e.message} "
+                         f"({len(errors)} problem(s))")
+
+
+def machine_slug(info: dict) -> str:
+    """A folder name for the hardware in ``info`` (``device.describe``), e.g. ``cpu-amd-epyc-2-threads``
+    or ``cuda-nvidia-h200``."""
+    name = info.get("name") or info.get("device") or "unknown"
+    text = f"{info.get('type', 'device')} {name}"
+    if info.get("type") == "cpu" and info.get("threads"):
+        text += f" {info['threads']} threads"
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return re.sub(r"-+", "-", slug) or "unknown"
+
+
+def missing_entry(claim, reason: str) -> dict:
+    """The claims.json entry of a claim without a verdict (``reason`` says why)."""
+    return {"id": claim.id, "section": claim.section, "paraphrase": claim.paraphrase, "kind": claim.kind,
+            "figure": claim.figure, "verdict": None, "summary": reason, "evidence": {}, "device": {},
+            "torch": "", "scale": "", "notebook": "", "seconds": 0.0, "error": reason}
+
+
+def _entry(result) -> dict:
+    d = dict(result.to_dict() if hasattr(result, "to_dict") else result)
+    d.setdefault("error", None)
+    d.setdefault("evidence", {})
+    return d
+
+
+def build_doc(results, *, source: str, device="auto", scale: str = "auto", notebooks=(),
+              seconds: float = 0.0, command: str = "", interrupted: bool = False,
+              missing_reason: str = "no check ran for this claim", only=None) -> dict:
+    """The claims.json document for ``results`` (``Result`` objects or their dicts; a dict with
+    ``verdict`` None and an ``error`` records a check that raised).
+
+    Every registered claim appears, in id order; a claim absent from ``results`` gets verdict None
+    with ``missing_reason`` (its expected notebook is named). When one id appears several times the
+    last result wins. ``notebooks`` are the per-notebook records of a run (see the schema).
+    ``only`` limits the document to those claim ids (``claims --ids``).
+    """
+    if source not in ("run", "claims"):
+        raise ValueError(f"source must be 'run' or 'claims', got {source!r}")
+    dev = _device.resolve(device)
+    info = _device.describe(dev)
+    from . import workloads
+
+    scale = workloads.resolve_scale(scale, dev)
+    by_id = {}
+    for r in results:
+        e = _entry(r)
+        _claims.get(e["id"])  # unknown ids raise
+        by_id[e["id"]] = e
+    entries = []
+    wanted = _claims.all_claims() if only is None else [_claims.get(c) for c in only]
+    for claim in wanted:
+        if claim.id in by_id:
+            entries.append(by_id[claim.id])
+        else:
+            where = f" (expected in notebook {claim.notebook})" if source == "run" and claim.notebook else ""
+            entries.append(missing_entry(claim, missing_reason + where))
+    counts = {}
+    for e in entries:
+        w = verdict_word(e["verdict"])
+        counts[w] = counts.get(w, 0) + 1
+    nbs = [dict(n) for n in notebooks]
+    complete = (not interrupted and counts.get(NOT_RUN, 0) == 0
+                and all(n["status"] == "ok" for n in nbs))
+    import torch
+
+    meta = {"schema_version": 1,
+            "generated": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "source": source, "command": command, "device": info, "device_label": _device.label(info),
+            "machine": machine_slug(info), "torch": torch.__version__, "scale": scale,
+            "nogradlab": __version__, "seconds": round(float(seconds), 2), "complete": complete,
+            "interrupted": bool(interrupted), "counts": counts, "notebooks": nbs}
+    return {"meta": meta, "claims": entries}
+
+
+def write_json(doc: dict, path) -> Path:
+    """Validate ``doc`` and write it to ``path`` (folders created); returns the path."""
+    validate(doc)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return path
+
+
+def load_doc(path) -> dict:
+    """Read and validate a claims.json."""
+    doc = json.loads(Path(path).read_text())
+    validate(doc)
+    return doc
+
+
+def load_references(results_dir, exclude=None) -> list:
+    """``[(folder name, doc)]`` for every valid ``results_dir/*/claims.json`` (sorted by folder).
+
+    ``exclude`` is a path not to list (the run itself). Invalid files are skipped with a warning
+    on stderr rather than breaking the report.
+    """
+    import sys
+
+    out = []
+    root = Path(results_dir) if results_dir else None
+    if root is None or not root.is_dir():
+        return out
+    skip = Path(exclude).resolve() if exclude else None
+    for p in sorted(root.glob("*/claims.json")):
+        if skip is not None and p.resolve() == skip:
+            continue
+        try:
+            out.append((p.parent.name, load_doc(p)))
+        except (ValueError, OSError) as e:
+            print(f"warning: skipping reference {p}: {e}", file=sys.stderr)
+    return out
+
+
+def verdict_word(verdict) -> str:
+    return NOT_RUN if verdict is None else verdict
+
+
+# --------------------------------------------------------------------------- terminal
+
+def _short(doc: dict) -> str:
+    m = doc["meta"]
+    return f"{m['device'].get('name', m['device'].get('device'))} · {m['scale']}"
+
+
+def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
+    """The verdict table as text: id, verdict (this run), one verdict column per reference, the
+    article's figure and the measured summary cut to the terminal width."""
+    if width is None:
+        width = shutil.get_terminal_size((120, 24)).columns
+    if color is None:
+        color = False
+    vw = max(len(w) for w in COLOURS)
+    heads = ["id", "this run"] + [f"ref {i}" for i in range(1, len(refs) + 1)]
+    widths = [3, vw] + [vw for _ in refs]
+    ref_maps = [{c["id"]: c for c in r["claims"]} for _, r in refs]
+
+    def paint(word, pad):
+        cell = word.ljust(pad)
+        return f"\033[{_ANSI[word]}m{cell}\033[0m" if color else cell
+
+    fixed = sum(widths) + 2 * len(widths) + 14
+    room = max(20, width - fixed)
+    lines = ["  ".join(h[:w].ljust(w) for h, w in zip(heads, widths)) + "  article".ljust(16) + "measured"]
+    for c in doc["claims"]:
+        cells = [c["id"].ljust(3), paint(verdict_word(c["verdict"]), vw)]
+        for m in ref_maps:
+            rc = m.get(c["id"])
+            cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
+        fig = (c["figure"] or "-")
+        fig = fig if len(fig) <= 12 else fig[:11] + "…"
+        summ = " ".join(c["summary"].split())
+        summ = summ if len(summ) <= room else summ[:room - 1] + "…"
+        lines.append("  ".join(cells) + "  " + fig.ljust(14) + summ)
+    counts = ", ".join(f"{n} {w}" for w, n in sorted(doc["meta"]["counts"].items()))
+    lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
+                 f"{counts}")
+    for i, (name, r) in enumerate(refs, 1):
+        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- charts
+
+def _png(fig) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _verdict_overview(doc, refs):
+    """Stacked bars: how many claims got each verdict, this run and each reference."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    cols = [("this run: " + _short(doc), doc)] + [(f"{name}: {_short(r)}", r) for name, r in refs]
+    words = list(COLOURS)
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(cols)))
+    for i, (label, d) in enumerate(reversed(cols)):
+        left = 0
+        for w in words:
+            n = d["meta"]["counts"].get(w, 0)
+            if n:
+                ax.barh(i, n, left=left, color=COLOURS[w], label=w if i == len(cols) - 1 else None)
+                ax.text(left + n / 2, i, str(n), ha="center", va="center", color="white", fontsize=9)
+                left += n
+    ax.set_yticks(range(len(cols)), [c[0] for c in reversed(cols)])
+    ax.set_xlabel("claims")
+    ax.legend(ncols=len(words), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
+    return fig
+
+
+def charts(doc: dict, refs=()) -> list:
+    """``[(title, data-URI PNG or None, caption)]`` for the report.
+
+    The overview chart is drawn here; the measurement charts come from ``nogradlab.plots`` (fed with
+    the claims' evidence) when that module provides them. A chart that cannot be drawn is listed with
+    None and the error as caption instead of breaking the report.
+    """
+    out = []
+    specs = [("Verdicts by machine", lambda: _verdict_overview(doc, refs),
+              "How many of the claims each verdict covers, in this run and in each reference run.")]
+    specs += _plot_specs(doc)
+    for title, make, caption in specs:
+        try:
+            fig = make()
+            if fig is None:
+                continue
+            out.append((title, _png(fig), caption))
+        except Exception as e:  # a bad evidence dict must not cost the whole report
+            out.append((title, None, f"could not draw this chart: {type(e).__name__}: {e}"))
+    return out
+
+
+def _plot_specs(doc: dict) -> list:
+    """Charts from ``nogradlab.plots`` for the claims whose evidence they draw (none until it exists)."""
+    try:
+        from . import plots
+    except ImportError:
+        return []
+    fn = getattr(plots, "report_figures", None)
+    if fn is None:
+        return []
+    return [(title, (lambda f=f: f), caption) for title, f, caption in fn(doc)]
+
+
+# --------------------------------------------------------------------------- HTML
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1300px;
+padding:16px 24px;color:#1f2328}
+h1{font-size:22px;margin:4px 0}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d8dee4;padding:5px 7px;
+text-align:left;vertical-align:top}th{background:#f6f8fa;position:sticky;top:0}
+.v{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-size:12px;font-weight:600;
+white-space:nowrap}.meta{color:#57606a}.small{font-size:12px;color:#57606a}
+.status-ok{color:#1a7f37;font-weight:600}.status-failed{color:#cf222e;font-weight:700}
+.banner{padding:8px 12px;border-radius:6px;margin:10px 0}.bad{background:#ffebe9;border:1px solid #cf222e}
+.good{background:#dafbe1;border:1px solid #1a7f37}pre{background:#f6f8fa;padding:8px;overflow:auto;
+font-size:12px;max-height:320px}figure{margin:12px 0}figure img{max-width:100%}
+figcaption{color:#57606a;font-size:13px}td.id{font-weight:700;font-family:monospace}
+details summary{cursor:pointer;list-style:none}details summary::-webkit-details-marker{display:none}
+"""
+
+
+def _badge(word: str) -> str:
+    return f'<span class="v" style="background:{COLOURS.get(word, "#000")}">{html.escape(word)}</span>'
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def render_html(doc: dict, refs=(), chart_list=None) -> str:
+    """The report page as a string (see the module docstring)."""
+    m = doc["meta"]
+    if chart_list is None:
+        chart_list = charts(doc, refs)
+    nb_html = {n["name"]: n.get("html") for n in m["notebooks"]}
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+             f"<title>nogradlab report: {_e(m['device_label'])}</title><style>{_CSS}</style></head><body>",
+             "<h1>What <code>torch.no_grad</code> really does: the article's claims, measured</h1>",
+             f"<p class='meta'>This run: <b>{_e(m['device_label'])}</b>, scale <b>{_e(m['scale'])}</b>, "
+             f"nogradlab {_e(m['nogradlab'])}, {_e(m['generated'])}, {m['seconds']:.0f} s "
+             f"({_e(m['source'])}).</p>"]
+    failed = [n for n in m["notebooks"] if n["status"] != "ok"]
+    not_run = m["counts"].get(NOT_RUN, 0)
+    if m["complete"]:
+        parts.append("<div class='banner good' id='status'>Complete: every notebook ran and every claim "
+                     "has a verdict.</div>")
+    else:
+        why = []
+        if m.get("interrupted"):
+            why.append("the run was interrupted")
+        if failed:
+            why.append(f"{len(failed)} notebook(s) failed: " + ", ".join(_e(n["name"]) for n in failed))
+        if not_run:
+            why.append(f"{not_run} claim(s) not run")
+        parts.append(f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}.</div>")
+    parts.append("<p>" + " ".join(f"{_badge(w)} {n}" for w, n in m["counts"].items()) + "</p>")
+
+    # verdict table
+    ref_maps = [{c["id"]: c for c in r["claims"]} for _, r in refs]
+    head = ("<tr><th>id</th><th>§</th><th>claim (paraphrased)</th><th>article's figure</th>"
+            "<th>verdict<br><span class='small'>this run</span></th><th>measured (this run)</th>")
+    for name, r in refs:
+        head += (f"<th title='{_e(r['meta']['device_label'])}'>{_e(_short(r))}<br>"
+                 f"<span class='small'>{_e(name)}</span></th>")
+    head += "</tr>"
+    rows = []
+    for c in doc["claims"]:
+        word = verdict_word(c["verdict"])
+        link = ""
+        if c.get("notebook") and nb_html.get(c["notebook"]):
+            link = f"<br><a class='small' href='{_e(nb_html[c['notebook']])}'>{_e(c['notebook'])}</a>"
+        elif c.get("notebook"):
+            link = f"<br><span class='small'>{_e(c['notebook'])}</span>"
+        row = (f"<tr id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
+               f"<td class='id'>{_e(c['id'])}</td><td>{_e(c['section'])}</td><td>{_e(c['paraphrase'])}</td>"
+               f"<td>{_e(c['figure'] or '—')}</td><td>{_badge(word)}</td><td>{_e(c['summary'])}{link}</td>")
+        for rm in ref_maps:
+            rc = rm.get(c["id"])
+            if rc is None:
+                row += f"<td>{_badge(NOT_RUN)}</td>"
+            else:
+                row += (f"<td><details><summary>{_badge(verdict_word(rc['verdict']))}</summary>"
+                        f"<span class='small'>{_e(rc['summary'])}</span></details></td>")
+        rows.append(row + "</tr>")
+    parts.append("<h2 id='verdicts'>Verdicts</h2><p class='small'>holds / does not hold / depends (true "
+                 "under some measured conditions, the summary says which) / not testable (an unsourced "
+                 "statistic; its mechanism is tested where possible). Reference columns are the same "
+                 "checks run on other hardware (results/); click a verdict for its measurement.</p>")
+    parts.append(f"<table id='verdict-table'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
+
+    # charts
+    parts.append("<h2 id='charts'>Charts</h2>")
+    for title, uri, caption in chart_list:
+        if uri:
+            parts.append(f"<figure><img src='{uri}' alt='{_e(title)}'><figcaption><b>{_e(title)}.</b> "
+                         f"{_e(caption)}</figcaption></figure>")
+        else:
+            parts.append(f"<p class='small'><b>{_e(title)}</b>: {_e(caption)}</p>")
+
+    # notebooks
+    if m["notebooks"]:
+        parts.append("<h2 id='notebooks'>Notebooks</h2><table id='notebook-table'><thead><tr><th>notebook"
+                     "</th><th>status</th><th>time</th><th>claims</th><th>error</th></tr></thead><tbody>")
+        for n in m["notebooks"]:
+            name = (f"<a href='{_e(n['html'])}'>{_e(n['name'])}</a>" if n.get("html") else _e(n["name"]))
+            if n.get("ipynb"):
+                name += f" <a class='small' href='{_e(n['ipynb'])}'>(.ipynb)</a>"
+            err = ""
+            if n.get("error"):
+                er = n["error"]
+                err = (f"<b class='err-cell'>{_e(cell_name(er))}</b>: {_e(er['ename'])}: {_e(er['evalue'])}"
+                       + (f"<details><summary>cell source and traceback</summary><pre>{_e(er.get('source'))}"
+                          f"</pre><pre>{_e(er.get('traceback'))}</pre></details>"
+                          if er.get("source") or er.get("traceback") else ""))
+            parts.append(f"<tr data-notebook='{_e(n['name'])}' data-status='{_e(n['status'])}'><td>{name}</td>"
+                         f"<td class='status-{_e(n['status']).replace(' ', '-')}'>{_e(n['status'])}</td>"
+                         f"<td>{n['seconds']:.1f} s</td><td>{_e(', '.join(n.get('claims', [])))}</td>"
+                         f"<td>{err}</td></tr>")
+        parts.append("</tbody></table>")
+
+    # hardware
+    parts.append("<h2 id='hardware'>Hardware</h2><ul>"
+                 f"<li><b>this run</b>: {_e(m['device_label'])}, scale {_e(m['scale'])}, {_e(m['generated'])}</li>")
+    for name, r in refs:
+        rm = r["meta"]
+        parts.append(f"<li><b>{_e(name)}</b>: {_e(rm['device_label'])}, scale {_e(rm['scale'])}, "
+                     f"{_e(rm['generated'])}{'' if rm['complete'] else ' (incomplete)'}</li>")
+    parts.append("</ul><p class='small'>Every number on this page was measured by the run it is attributed "
+                 "to; the article's figures are quoted as the article gives them.</p></body></html>")
+    return "\n".join(parts)
+
+
+def cell_name(err: dict) -> str:
+    """Where a notebook failed: ``cell 3 (In [4])``, the cell's index in the executed notebook and
+    the prompt its HTML rendering shows."""
+    if err.get("cell") is None:
+        return "before any cell"
+    ec = err.get("execution_count")
+    return f"cell {err['cell']}" + (f" (In [{ec}])" if ec is not None else "")
+
+
+def write_html(doc: dict, out_dir, refs=()) -> Path:
+    """Write ``out_dir/report.html`` and return its path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "report.html"
+    path.write_text(render_html(doc, refs), encoding="utf-8")
+    return path
+
+
+def color_default(stream) -> bool:
+    """ANSI colours when ``stream`` is a terminal and NO_COLOR is unset."""
+    return bool(getattr(stream, "isatty", lambda: False)()) and "NO_COLOR" not in os.environ

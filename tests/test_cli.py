@@ -1,0 +1,129 @@
+"""``python -m nogradlab run`` / ``claims`` on tiny synthetic notebooks (never the real collection):
+argument errors, a complete run replacing the output folder, and a failing notebook that must not
+destroy the earlier report."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nogradlab import claims, report
+from nogradlab.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PARAMS = 'device = "auto"\nscale = "auto"'
+FAKE_LEDGER = '''import json, os
+from nogradlab import claims, device as _device
+info = _device.describe(device)
+with open(os.environ["NOGRADLAB_LEDGER"], "a") as f:
+    for i, c in enumerate(claims.all_claims()):  # fake entries: nothing is measured here
+        r = claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary="fake ledger entry", evidence={},
+                          figure=c.figure, section=c.section, kind=c.kind, paraphrase=c.paraphrase,
+                          notebook=os.environ["NOGRADLAB_NOTEBOOK"], device=info, torch="fake", scale=scale)
+        f.write(json.dumps(r.to_dict()) + "\\n")
+'''
+
+
+def check_cell(cid):
+    return (f'from nogradlab import claims\nr = claims.check("{cid}", device=device, scale=scale)\n'
+            f'print(r)')
+
+
+def write_notebook(folder: Path, name: str, *cells: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    params = nbformat.v4.new_code_cell(PARAMS)
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params] + [nbformat.v4.new_code_cell(c) for c in cells]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--device", "tpu"], ["unknown device 'tpu'", "allowed", "cuda:N"]),
+    (["run", "--device", "cpu", "--scale", "huge"], ["unknown scale 'huge'", "tiny, small, full"]),
+    (["claims", "--device", "cpu", "--ids", "C01,C99"], ["unknown claim id 'C99'", "allowed", "X05"]),
+    (["run", "--device", "cpu", "--notebooks", "/nonexistent/notebooks"], ["does not exist"]),
+])
+def test_bad_arguments_fail_before_any_work(argv, words, capsys, tmp_path):
+    assert main(argv + (["--out", str(tmp_path / "out")] if argv[0] == "run" else [])) == 2
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_run_refuses_to_replace_a_folder_that_is_not_a_build(tmp_path, capsys):
+    write_notebook(tmp_path / "nbs", "01_one", "x = 1")
+    precious = tmp_path / "mydata"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("keep me")
+    assert main(["run", "--device", "cpu", "--notebooks", str(tmp_path / "nbs"), "--out", str(precious)]) == 2
+    assert "holds no earlier report" in capsys.readouterr().err
+    assert (precious / "thesis.txt").read_text() == "keep me" and len(list(tmp_path.iterdir())) == 2
+
+
+def test_claims_command_writes_valid_json(tmp_path, capsys):
+    out = tmp_path / "claims.json"
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "c06,C10", "--json", str(out),
+               "--no-progress"])
+    doc = report.load_doc(out)
+    assert [c["id"] for c in doc["claims"]] == ["C06", "C10"]
+    for c in doc["claims"]:
+        assert c["verdict"] in claims.VERDICTS, c["summary"]
+    assert rc == 0 and doc["meta"]["source"] == "claims" and doc["meta"]["complete"]
+    printed = capsys.readouterr().out
+    assert "C06" in printed and "C10" in printed and str(out.resolve()) in printed
+
+
+def test_failed_notebook_is_reported_and_earlier_report_kept(tmp_path):
+    out = tmp_path / "build"
+    # 1. a complete run (one notebook writing fake ledger entries for every claim) builds the report
+    good = tmp_path / "good"
+    write_notebook(good, "01_fake_ledger", FAKE_LEDGER)
+    assert main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(good), "--out", str(out),
+                 "--results", str(tmp_path / "no-results"), "--no-progress"]) == 0
+    earlier = {p.name: p.read_bytes() for p in (out / "report.html", out / "claims.json")}
+    doc = report.load_doc(out / "claims.json")
+    assert doc["meta"]["complete"] and doc["meta"]["notebooks"][0]["status"] == "ok"
+    assert (out / "notebooks" / "01_fake_ledger.html").exists()
+    assert "href='notebooks/01_fake_ledger.html'" in earlier["report.html"].decode()
+    assert not (tmp_path / "build.partial").exists() and not (tmp_path / "build.failed").exists()
+
+    # 2. a run whose middle notebook raises: the others still run, the command fails
+    bad = tmp_path / "bad"
+    write_notebook(bad, "01_check_c06", check_cell("C06"))
+    write_notebook(bad, "02_boom", "x = 1", "raise ValueError('boom in the middle')", "print('never')")
+    write_notebook(bad, "03_check_c10", check_cell("C10"))
+    proc = subprocess.run([sys.executable, "-m", "nogradlab", "run", "--device", "cpu", "--scale", "tiny",
+                           "--notebooks", str(bad), "--out", str(out), "--results", str(tmp_path / "no-results")],
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          env={**os.environ, "NOGRADLAB_LEDGER": "", "NOGRADLAB_NOTEBOOK": ""})
+    assert proc.returncode == 1, proc.stderr
+    assert "build.failed" in proc.stderr and "left as it was" in proc.stderr
+    assert "FAILED 02_boom" in proc.stdout and "ValueError: boom in the middle" in proc.stdout
+    assert "ok     01_check_c06" in proc.stdout and "ok     03_check_c10" in proc.stdout
+
+    # the earlier report is untouched; the failed build sits beside it
+    assert {p.name: p.read_bytes() for p in (out / "report.html", out / "claims.json")} == earlier
+    failed = report.load_doc(tmp_path / "build.failed" / "claims.json")
+    nbs = {n["name"]: n for n in failed["meta"]["notebooks"]}
+    assert [nbs[n]["status"] for n in ("01_check_c06", "02_boom", "03_check_c10")] == ["ok", "failed", "ok"]
+    err = nbs["02_boom"]["error"]
+    assert err["ename"] == "ValueError" and err["evalue"] == "boom in the middle"
+    assert "raise ValueError" in err["source"] and err["cell"] is not None
+    by_id = {c["id"]: c for c in failed["claims"]}
+    assert by_id["C06"]["verdict"] in claims.VERDICTS and by_id["C06"]["notebook"] == "01_check_c06"
+    assert by_id["C10"]["verdict"] in claims.VERDICTS and by_id["C10"]["notebook"] == "03_check_c10"
+    assert by_id["C01"]["verdict"] is None and failed["meta"]["complete"] is False
+    page = (tmp_path / "build.failed" / "report.html").read_text()
+    assert "data-notebook='02_boom' data-status='failed'" in page
+    assert report.cell_name(err) in page and "boom in the middle" in page
+    executed = json.loads((tmp_path / "build.failed" / "notebooks" / "02_boom.ipynb").read_text())
+    assert not any("never" in "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))

@@ -1,0 +1,175 @@
+"""claims.json (schema) and report.html (self-contained, readable in a real browser), from fake results:
+no notebook and no claim check runs here."""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from nogradlab import claims, device, report
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "report"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def fake_results(skip=()):
+    """One Result per claim, verdicts cycling through the four words (fake: nothing measured)."""
+    info = device.describe("cpu")
+    out = []
+    for i, c in enumerate(claims.all_claims()):
+        if c.id in skip:
+            continue
+        out.append(claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary=f"fake summary {i} <b>",
+                                 evidence={"value": i, "rows": [{"a": 1}]}, figure=c.figure, section=c.section,
+                                 kind=c.kind, paraphrase=c.paraphrase, notebook=c.notebook, device=info,
+                                 torch="fake", scale="tiny", seconds=0.01))
+    return out
+
+
+def fake_doc(skip=(), notebooks=()):
+    return report.build_doc(fake_results(skip), source="run", device="cpu", scale="tiny", notebooks=notebooks,
+                            seconds=1.5)
+
+
+def fake_reference(tmp_path):
+    """A results/ folder holding one reference run labelled as another machine (a test fixture)."""
+    doc = fake_doc(skip=("C03",))
+    doc["meta"]["device"].update(device="cuda:0", type="cuda", name="Fake GPU H999")
+    doc["meta"]["device_label"] = "Fake GPU H999 (cuda:0), torch fake"
+    doc["meta"]["machine"] = report.machine_slug(doc["meta"]["device"])
+    for c in doc["claims"]:
+        if c["verdict"] == "holds":
+            c["verdict"] = "does not hold"
+    path = tmp_path / "results" / doc["meta"]["machine"] / "claims.json"
+    report.write_json(doc, path)
+    return tmp_path / "results", doc
+
+
+def test_schema_file_is_a_valid_schema():
+    schema = json.loads(report.SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$defs"]["claim"]["properties"]["verdict"]["enum"] == list(claims.VERDICTS) + [None]
+
+
+def test_claims_json_follows_schema(tmp_path):
+    doc = fake_doc()
+    path = report.write_json(doc, tmp_path / "claims.json")
+    loaded = json.loads(path.read_text())
+    jsonschema.validate(loaded, json.loads(report.SCHEMA_PATH.read_text()))
+    assert [c["id"] for c in loaded["claims"]] == claims.ids()
+    assert all(c["verdict"] in claims.VERDICTS for c in loaded["claims"])
+    for c in loaded["claims"]:
+        assert c["device"]["type"] == "cpu" and c["torch"] and c["scale"] == "tiny" and c["notebook"]
+        assert c["figure"] == claims.get(c["id"]).figure
+    meta = loaded["meta"]
+    assert meta["complete"] is True and sum(meta["counts"].values()) == len(claims.ids())
+    assert meta["device"]["type"] == "cpu" and meta["scale"] == "tiny" and meta["machine"].startswith("cpu-")
+
+
+@pytest.mark.parametrize("break_it", [
+    lambda d: d["claims"][0].update(verdict="mostly"),
+    lambda d: d["claims"][1].pop("evidence"),
+    lambda d: d["meta"].pop("device"),
+    lambda d: d["meta"].update(scale="huge"),
+    lambda d: d["claims"][2].update(id="Q7"),
+])
+def test_schema_rejects_broken_documents(break_it):
+    doc = fake_doc()
+    break_it(doc)
+    with pytest.raises(ValueError, match="schema"):
+        report.validate(doc)
+
+
+def test_claim_without_result_is_not_run():
+    doc = fake_doc(skip=("C11",))
+    c11 = next(c for c in doc["claims"] if c["id"] == "C11")
+    assert c11["verdict"] is None and "02_inside_the_engine" in c11["summary"]
+    assert doc["meta"]["counts"]["not run"] == 1 and doc["meta"]["complete"] is False
+    report.validate(doc)
+    page = report.render_html(doc, chart_list=[])
+    assert "data-claim='C11' data-verdict='not run'" in page and "Incomplete" in page
+    assert re.search(r"C11\s+not run", report.terminal_table(doc, width=100))
+
+
+def test_unknown_claim_in_results_raises():
+    bad = fake_results()[:1]
+    bad[0].id = "C99"
+    with pytest.raises(ValueError, match="allowed"):
+        report.build_doc(bad, source="run", device="cpu", scale="tiny")
+
+
+def test_report_is_self_contained(tmp_path):
+    refs_dir, _ = fake_reference(tmp_path)
+    page = report.write_html(fake_doc(), tmp_path, refs=report.load_references(refs_dir)).read_text()
+    assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", page)
+    assert not re.search(r"url\(", page)
+    imgs = re.findall(r"<img src='([^']*)'", page)
+    assert imgs and all(s.startswith("data:image/png;base64,") for s in imgs)
+    assert "fake summary 0 &lt;b&gt;" in page  # measured text is escaped
+
+
+def test_references_are_loaded_and_bad_ones_skipped(tmp_path, capsys):
+    refs_dir, ref = fake_reference(tmp_path)
+    (refs_dir / "broken").mkdir()
+    (refs_dir / "broken" / "claims.json").write_text('{"meta": {}, "claims": []}')
+    refs = report.load_references(refs_dir)
+    assert [name for name, _ in refs] == [ref["meta"]["machine"]]
+    assert "skipping reference" in capsys.readouterr().err
+    table = report.terminal_table(fake_doc(), refs, width=120)
+    assert "ref 1 = cuda-fake-gpu-h999: Fake GPU H999" in table
+
+
+def test_machine_slug():
+    assert report.machine_slug({"type": "cuda", "name": "NVIDIA H200", "device": "cuda:0"}) == "cuda-nvidia-h200"
+    slug = report.machine_slug(device.describe("cpu"))
+    assert re.fullmatch(r"cpu-[a-z0-9-]+-\d+-threads", slug)
+
+
+def test_report_in_headless_chromium(tmp_path):
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    refs_dir, ref = fake_reference(tmp_path)
+    notebooks = [{"name": "01_what_no_grad_does", "status": "ok", "seconds": 2.0, "claims": ["C01"],
+                  "ipynb": "notebooks/01_what_no_grad_does.ipynb", "html": "notebooks/01_what_no_grad_does.html",
+                  "error": None},
+                 {"name": "02_inside_the_engine", "status": "failed", "seconds": 1.0, "claims": [], "ipynb": None,
+                  "html": None, "error": {"cell": 3, "execution_count": 2, "ename": "ValueError", "evalue": "boom"}}]
+    doc = fake_doc(skip=("C10",), notebooks=notebooks)
+    if ARTIFACTS.exists():
+        shutil.rmtree(ARTIFACTS)
+    path = report.write_html(doc, ARTIFACTS, refs=report.load_references(refs_dir))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.goto(path.resolve().as_uri())
+            for cid in claims.ids():
+                row = page.locator(f"#verdict-table tr[data-claim='{cid}']")
+                assert row.count() == 1 and row.is_visible(), cid
+            assert page.locator("tr[data-claim='C10']").get_attribute("data-verdict") == "not run"
+            assert page.locator("tr[data-claim='C10'] .v").first.inner_text() == "not run"
+            header = page.locator("#verdict-table thead").inner_text()
+            assert "Fake GPU H999" in header and ref["meta"]["machine"] in header
+            imgs = page.locator("img")
+            assert imgs.count() >= 1
+            for i in range(imgs.count()):
+                img = imgs.nth(i)
+                img.scroll_into_view_if_needed()
+                assert img.is_visible() and img.evaluate("e => e.complete && e.naturalWidth") > 0
+            failed = page.locator("tr[data-notebook='02_inside_the_engine']")
+            assert failed.get_attribute("data-status") == "failed"
+            assert "cell 3 (In [2]): ValueError: boom" in failed.inner_text()
+            link = page.locator("tr[data-notebook='01_what_no_grad_does'] a").first
+            assert link.get_attribute("href") == "notebooks/01_what_no_grad_does.html"
+            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
