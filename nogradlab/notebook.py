@@ -1,0 +1,84 @@
+"""Set-up helpers for the notebooks: check the parameters cell at once, say what hardware runs.
+
+Every notebook has a cell tagged ``parameters`` (papermill replaces it) and, right after it::
+
+    device, scale = notebook.setup(device=device, scale=scale, seed=seed, batch_sizes=batch_sizes)
+
+``setup`` validates everything before any work starts: an unknown device or scale, a batch size or
+repeat count that is not a positive integer, or an unknown workload raises ``ValueError`` naming what
+is allowed. It then seeds torch and Python, and prints one line naming the hardware.
+"""
+from __future__ import annotations
+
+import numbers
+import random
+
+import torch
+
+from . import device as _device
+from . import workloads as _workloads
+
+__all__ = ["setup", "hardware_line", "SWEEP_KINDS"]
+
+# sweep parameter name -> what it must hold. Counts: positive integers (one or a list of them);
+# durations: positive numbers of seconds; workloads: names from nogradlab.workloads.
+SWEEP_KINDS = {
+    "batch": "count", "batch_sizes": "count", "batches": "count",
+    "repeats": "count", "rounds": "count", "requests": "count", "steps": "count",
+    "seq_lens": "count", "seq_len": "count",
+    "min_run_time": "duration",
+    "workloads": "workload", "workload": "workload",
+    "budgets_gib": "duration",
+}
+
+
+def _as_list(value):
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _check_sweep(name: str, value):
+    kind = SWEEP_KINDS.get(name)
+    if kind is None:
+        raise ValueError(f"unknown notebook parameter {name!r}; allowed: device, scale, seed, "
+                         f"{', '.join(SWEEP_KINDS)}")
+    values = _as_list(value)
+    if not values:
+        raise ValueError(f"{name} must not be empty")
+    for v in values:
+        if kind == "count":
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
+                raise ValueError(f"{name} must be positive integers (1, 2, ...), got {value!r}")
+        elif kind == "duration":
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
+                raise ValueError(f"{name} must be positive numbers, got {value!r}")
+        elif v not in _workloads.names():
+            raise ValueError(f"unknown workload {v!r} in {name}; allowed: "
+                             f"{', '.join(_workloads.names())}")
+    return value
+
+
+def hardware_line(dev) -> str:
+    """One line naming the hardware, e.g. ``'hardware: NVIDIA H200 (cuda:0), torch 2.5.0'``."""
+    return f"hardware: {_device.label(_device.describe(dev))}"
+
+
+def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
+    """Validate a notebook's parameters and return ``(device, scale)`` resolved.
+
+    ``device``: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; ``scale``: ``auto`` (``full``
+    on CUDA, ``tiny`` elsewhere), ``tiny``, ``small`` or ``full``; ``seed``: an integer.
+    ``sweeps``: what the notebook varies (see ``SWEEP_KINDS``), checked but not changed.
+    Raises ``ValueError``/``RuntimeError`` naming the allowed values before any work starts.
+    """
+    dev = _device.resolve(device)
+    if not isinstance(scale, str) or scale not in _workloads.SCALE_CHOICES:
+        raise ValueError(f"unknown scale {scale!r}; allowed: {', '.join(_workloads.SCALE_CHOICES)}")
+    scale = _workloads.resolve_scale(scale, dev)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    for name, value in sweeps.items():
+        _check_sweep(name, value)
+    torch.manual_seed(int(seed))
+    random.seed(int(seed))
+    print(f"{hardware_line(dev)}; scale {scale}; seed {seed}")
+    return str(dev), scale

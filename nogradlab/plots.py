@@ -1,0 +1,241 @@
+"""Pictures of measurements: each function takes data measured in this run and returns a
+``matplotlib.figure.Figure`` (not registered with pyplot, so a notebook shows it once and nothing
+leaks between cells). Titles name the hardware and the scale the data came from.
+
+* ``memory_vs_batch``: peak memory against batch size, one line per gradient mode;
+* ``article_table``: the article's table (claim C20) as a chart, its bands shaded beside our values;
+* ``timeline``: live memory across one forward pass, one curve per mode;
+* ``eval_grid``: the 2x2 grid train/eval x grad/no_grad (claim C14);
+* ``largest_batch``: the largest batch that fits each memory budget, per mode.
+
+``memory_sweep`` gathers the data for ``memory_vs_batch`` from :func:`nogradlab.memory.estimate`.
+"""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from . import memory as _memory
+
+__all__ = ["memory_sweep", "memory_vs_batch", "article_table", "timeline", "eval_grid",
+           "largest_batch", "MODE_COLOURS"]
+
+MODE_COLOURS = {"grad": "#cf222e", "train": "#8250df", "no_grad": "#0969da",
+                "eval+no_grad": "#0969da", "inference_mode": "#1a7f37", "eval": "#9a6700"}
+_MIB = 2 ** 20
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _colour(mode: str, i: int) -> str:
+    return MODE_COLOURS.get(mode, f"C{i}")
+
+
+def _title(what: str, device: str, scale: "str | None") -> str:
+    tail = f"{device}" + (f", scale {scale}" if scale else "")
+    return f"{what}\n{tail}"
+
+
+def _rows(data) -> list:
+    """A list of dicts from a list of dicts or a pandas DataFrame."""
+    if hasattr(data, "to_dict"):
+        return data.to_dict("records")
+    return list(data)
+
+
+def memory_sweep(workload: str, batch_sizes, modes=("grad", "no_grad", "inference_mode"),
+                 device="cpu", scale: str = "tiny", train: bool = False) -> list:
+    """Peak memory of one forward pass of ``workload`` per batch size and mode, estimated exactly
+    with fake tensors (:func:`nogradlab.memory.estimate`: nothing is allocated, so any device and
+    scale works). With ``train=True`` a full training step is added as mode ``"train"``.
+
+    Returns rows ``{"workload", "mode", "batch", "peak_bytes", "total_bytes", "saved_bytes"}``
+    where ``total_bytes`` includes weights and inputs (what the device must hold at the peak).
+    """
+    rows = []
+    for batch in batch_sizes:
+        steps = [(m, dict(step="forward", mode=m)) for m in modes]
+        if train:
+            steps.append(("train", dict(step="train")))
+        for name, kw in steps:
+            r = _memory.estimate(workload, batch, device=device, scale=scale, **kw)
+            rows.append({"workload": workload, "mode": name, "batch": batch, "peak_bytes": r.peak_bytes,
+                         "total_bytes": r.total_peak_bytes, "saved_bytes": r.saved_bytes})
+    return rows
+
+
+def memory_vs_batch(rows, *, device: str, scale: "str | None" = None, value: str = "total_bytes",
+                    title: str = "Peak memory of one step") -> Figure:
+    """Lines of ``value`` (bytes, shown in MiB) against batch size, one per mode.
+
+    ``rows``: dicts (or a DataFrame) with ``mode``, ``batch`` and ``value`` keys, e.g. from
+    :func:`memory_sweep`.
+    """
+    rows = _rows(rows)
+    if not rows:
+        raise ValueError("memory_vs_batch needs at least one row")
+    fig = Figure(figsize=(6.4, 4))
+    ax = fig.add_subplot()
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    for i, mode in enumerate(modes):
+        pts = sorted((r["batch"], r[value] / _MIB) for r in rows if r["mode"] == mode)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode, color=_colour(mode, i),
+                ls=_STYLES[i % len(_STYLES)])  # styles keep coinciding lines visible
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("MiB")
+    workload = rows[0].get("workload", "")
+    ax.set_title(_title(f"{title}: {workload}".rstrip(": "), device, scale), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def article_table(rows, *, device: str, scale: "str | None" = None) -> Figure:
+    """The article's table beside our measurements: one panel per quantity, one row per workload,
+    the article's band as a shaded range and the measured value as a dot (with its interval
+    where one was measured).
+
+    ``rows``: dicts with ``workload``, ``quantity`` (e.g. ``"memory saved %"``), ``measured``,
+    ``low`` and ``high`` (the article's band), optionally ``ci_low``/``ci_high``.
+    """
+    rows = _rows(rows)
+    if not rows:
+        raise ValueError("article_table needs at least one row")
+    quantities = list(dict.fromkeys(r["quantity"] for r in rows))
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig = Figure(figsize=(4 * len(quantities), 1.0 + 0.7 * len(workloads)))
+    axes = fig.subplots(1, len(quantities), sharey=True, squeeze=False)[0]
+    for ax, q in zip(axes, quantities):
+        for y, wl in enumerate(workloads):
+            for r in (r for r in rows if r["quantity"] == q and r["workload"] == wl):
+                if r.get("low") is not None and r.get("high") is not None:
+                    ax.fill_betweenx([y - 0.3, y + 0.3], r["low"], r["high"], color="#bbbbbb",
+                                     alpha=0.6, label="article's band" if y == 0 else None)
+                if r.get("measured") is not None:
+                    lo, hi = r.get("ci_low"), r.get("ci_high")
+                    err = None
+                    if lo is not None and hi is not None:
+                        err = [[max(r["measured"] - lo, 0)], [max(hi - r["measured"], 0)]]
+                    ax.errorbar([r["measured"]], [y], xerr=err, fmt="o", color="#0969da",
+                                capsize=3, label="measured here" if y == 0 else None)
+        ax.set_title(q, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(workloads)), workloads)
+    axes[0].invert_yaxis()
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
+    fig.suptitle(_title("The article's table (grey) and this run (blue)", device, scale), fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+def _curve(t):
+    """(x in [0, 1], live MiB) from a MemoryReport or a [(index, live_bytes, label)] list."""
+    events = t.timeline if hasattr(t, "timeline") else t
+    if not events:
+        raise ValueError("timeline data is empty: measure with timeline=True")
+    n = max(len(events) - 1, 1)
+    return [k / n for k in range(len(events))], [e[1] / _MIB for e in events]
+
+
+def timeline(reports: dict, *, device: str, scale: "str | None" = None,
+             title: str = "Live memory during one forward pass") -> Figure:
+    """One curve per mode of the live tensor bytes across one call, from reports measured with
+    ``timeline=True``. The x axis is the fraction of the call's allocation events, so passes with
+    different event counts line up."""
+    if not reports:
+        raise ValueError("timeline needs at least one report")
+    fig = Figure(figsize=(6.4, 3.6))
+    ax = fig.add_subplot()
+    for i, (mode, rep) in enumerate(reports.items()):
+        x, y = _curve(rep)
+        ax.plot(x, y, label=mode, color=_colour(mode, i), lw=1.2)
+    ax.set_xlabel("progress through the pass (allocation events)")
+    ax.set_ylabel("live MiB above the start")
+    ax.set_title(_title(title, device, scale), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def eval_grid(cells: dict, *, device: str, scale: "str | None" = None,
+              colour_by: str = "saved_bytes") -> Figure:
+    """The 2x2 grid train/eval (rows) x grad/no_grad (columns): each cell lists its facts and is
+    shaded by ``colour_by``.
+
+    ``cells``: ``{(model_mode, grad_mode): {fact: value, ...}}`` with model modes ``"train"``,
+    ``"eval"`` and grad modes ``"grad"``, ``"no_grad"`` (string keys ``"train+grad"`` work too).
+    """
+    norm = {}
+    for k, v in cells.items():
+        key = tuple(k.split("+")) if isinstance(k, str) else tuple(k)
+        norm[key] = v
+    rows, cols = ("train", "eval"), ("grad", "no_grad")
+    missing = [f"{r}+{c}" for r in rows for c in cols if (r, c) not in norm]
+    if missing:
+        raise ValueError(f"eval_grid needs all four cells; missing: {', '.join(missing)}")
+    values = [float(norm[(r, c)].get(colour_by, 0) or 0) for r in rows for c in cols]
+    top = max(values) or 1.0
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            facts = norm[(r, c)]
+            shade = float(facts.get(colour_by, 0) or 0) / top
+            ax.add_patch(_rect(j, i, (1.0, 1 - 0.6 * shade, 1 - 0.6 * shade)))
+            text = "\n".join(f"{k}: {_fmt(k, v)}" for k, v in facts.items())
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, 2)
+    ax.set_ylim(2, 0)
+    ax.set_xticks([0.5, 1.5], [f"{c}" for c in cols])
+    ax.set_yticks([0.5, 1.5], [f"model.{r}()" for r in rows])
+    ax.xaxis.tick_top()
+    ax.set_title(_title(f"train/eval x grad/no_grad (shade: {colour_by})", device, scale), fontsize=10,
+                 pad=24)
+    fig.tight_layout()
+    return fig
+
+
+def _rect(x, y, colour):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 1, 1, facecolor=colour, edgecolor="#444444")
+
+
+def _fmt(key: str, v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if key.endswith("bytes") and isinstance(v, (int, float)):
+        return _memory.format_bytes(v)
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Figure:
+    """Grouped bars: the largest batch that fits each budget, one bar per mode.
+
+    ``data``: ``{budget_label: {mode: batch}}``, e.g. ``{"12 GiB": {"train": 96, "no_grad": 410}}``.
+    """
+    if not data:
+        raise ValueError("largest_batch needs at least one budget")
+    budgets = list(data)
+    modes = list(dict.fromkeys(m for b in budgets for m in data[b]))
+    width = 0.8 / len(modes)
+    fig = Figure(figsize=(6.4, 4))
+    ax = fig.add_subplot()
+    for i, mode in enumerate(modes):
+        xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(budgets))]
+        ys = [data[b].get(mode) or 0 for b in budgets]
+        bars = ax.bar(xs, ys, width, label=mode, color=_colour(mode, i))
+        ax.bar_label(bars, labels=[str(y) for y in ys], fontsize=8)
+    ax.set_xticks(range(len(budgets)), budgets)
+    ax.set_xlabel("memory budget")
+    ax.set_ylabel("largest batch that fits")
+    ax.set_title(_title("Largest batch per memory budget", device, scale), fontsize=10)
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

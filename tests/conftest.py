@@ -1,0 +1,18 @@
+"""Shared pytest set-up: print the papermill pass's times and memory at the end of the session."""
+from __future__ import annotations
+
+
+def pytest_terminal_summary(terminalreporter):
+    import sys
+
+    mod = sys.modules.get("test_notebooks") or sys.modules.get("tests.test_notebooks")
+    runs = getattr(mod, "RUNS", None)
+    if not runs:
+        return
+    tr = terminalreporter
+    tr.section("notebooks through papermill (device=cpu, scale=tiny)")
+    for stem, r in runs.items():
+        tr.write_line(f"{stem:<40} {r['seconds']:7.1f} s   kernel peak RSS {r['peak_rss'] / 1e6:7.0f} MB")
+    total = sum(r["seconds"] for r in runs.values())
+    peak = max(r["peak_rss"] for r in runs.values())
+    tr.write_line(f"{'total':<40} {total:7.1f} s   highest peak RSS {peak / 1e6:7.0f} MB")

@@ -1,0 +1,247 @@
+"""The notebooks: structure (clean, parameterised, each claim checked once) and execution.
+
+Execution happens twice in ``make test``: nbval runs every notebook with its defaults (configured
+in pyproject.toml), and the papermill tests here run every notebook with ``device=cpu``,
+``scale=tiny``, recording each one's time and the kernel's peak resident memory (the whole kernel
+process tree, polled). Limits: 1.5 GB peak RSS per notebook, 180 s for the whole papermill pass.
+A summary table is printed at the end of the session (see conftest.py).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nogradlab import claims, notebook
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+OUT_DIR = REPO / "test-artifacts" / "papermill"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+STEMS = [p.stem for p in NOTEBOOKS]
+RSS_LIMIT = 1.5e9  # bytes, per notebook (kernel process tree)
+TOTAL_LIMIT = 180.0  # seconds, the whole papermill pass on the test machine's CPU
+CHECK_RE = re.compile(r"""claims\.check\(\s*["']([CX]\d\d)["']""")
+
+# filled by test_papermill_executes, read by test_papermill_total_time and conftest's summary
+RUNS: dict = {}
+
+
+def _read(path: Path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def _checks_in(path: Path) -> list:
+    return [m for c in _read(path).cells if c.cell_type == "code" for m in CHECK_RE.findall(c.source)]
+
+
+# --------------------------------------------------------------------------------------------
+# structure
+
+
+def test_collection_is_complete():
+    assert STEMS == ["00_index"] + list(claims.NOTEBOOKS), "notebooks/ must hold the index and the notebooks " \
+        "named in claims.NOTEBOOKS, nothing else"
+
+
+def test_registry_holds_every_claim():
+    expected = [f"C{i:02d}" for i in range(1, 31)] + [f"X{i:02d}" for i in range(1, 6)]
+    assert claims.ids() == expected
+
+
+def test_each_claim_checked_in_exactly_its_notebook():
+    where: dict = {}
+    for path in NOTEBOOKS:
+        for cid in _checks_in(path):
+            where.setdefault(cid, []).append(path.stem)
+    problems = []
+    for cid in claims.ids():
+        found = where.pop(cid, [])
+        if found != [claims.get(cid).notebook]:
+            problems.append(f"{cid}: checked in {found or 'no notebook'}, expected once in "
+                            f"{claims.get(cid).notebook}")
+    problems += [f"{cid}: not a registered claim, checked in {nbs}" for cid, nbs in where.items()]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_stored_without_outputs(stem):
+    nb = _read(NB_DIR / f"{stem}.ipynb")
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{stem}: cells {dirty} hold outputs or execution counts; regenerate with " \
+        "python scripts/make_notebooks.py"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_parameters_cell_then_setup(stem):
+    cells = [c for c in _read(NB_DIR / f"{stem}.ipynb").cells if c.cell_type == "code"]
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{stem}: expected one cell tagged 'parameters', found {len(tagged)}"
+    i = tagged[0]
+    assert i >= 1 and "nogradlab" in cells[i - 1].source, f"{stem}: the import cell must come first"
+    for name in ("device", "scale", "seed"):
+        assert re.search(rf"^{name}\s*=", cells[i].source, re.M), f"{stem}: parameters cell lacks {name}"
+    assert "notebook.setup(" in cells[i + 1].source, f"{stem}: the cell after the parameters must " \
+        "validate them with notebook.setup(...)"
+
+
+def _first_code(path: Path) -> str:
+    return next(c.source for c in _read(path).cells if c.cell_type == "code")
+
+
+def test_same_import_cell_first_everywhere():
+    assert len({_first_code(p) for p in NOTEBOOKS}) == 1, "every notebook must start with the same import cell"
+
+
+def test_notebooks_match_generator():
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "make_notebooks.py"), "--check"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_import_cell_finds_the_checkout_without_installation():
+    """Run by an interpreter without site-packages (so nogradlab is not installed), from
+    notebooks/, the first cell imports nogradlab from the checkout."""
+    proc = subprocess.run([sys.executable, "-S", "-c", _first_code(NOTEBOOKS[1])], cwd=NB_DIR,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"from {REPO / 'nogradlab'}" in proc.stdout
+
+
+def test_import_cell_outside_a_checkout_explains_the_install(tmp_path):
+    proc = subprocess.run([sys.executable, "-S", "-c", _first_code(NOTEBOOKS[1])], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "ImportError: nogradlab is not installed" in proc.stderr and "pip install" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# notebook.setup
+
+
+def test_setup_resolves_and_prints(capsys):
+    assert notebook.setup(device="cpu", scale="tiny", seed=3, batch_sizes=[1, 2], repeats=2) == ("cpu", "tiny")
+    assert "hardware:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(device="tpu"), "allowed: auto, cpu, cuda"),
+    (dict(scale="huge"), "allowed: auto, tiny, small, full"),
+    (dict(seed=1.5), "seed must be an integer"),
+    (dict(batch_sizes=[4, -1]), "batch_sizes must be positive integers"),
+    (dict(repeats=0), "repeats must be positive integers"),
+    (dict(workloads=["vgg"]), "allowed: resnet50"),
+    (dict(colour="red"), "unknown notebook parameter 'colour'; allowed: device, scale, seed"),
+])
+def test_setup_rejects_bad_parameters(kwargs, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        notebook.setup(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# execution through papermill
+
+
+class _PeakRSS:
+    """Poll the summed resident memory of the processes this process starts while it polls (the
+    kernel and whatever the kernel starts); children that already existed are left out."""
+
+    def __init__(self, interval: float = 0.05):
+        import psutil
+
+        self._me = psutil.Process()
+        self._psutil = psutil
+        self.interval = interval
+        self.peak = 0
+        self._before = {p.pid for p in self._me.children(recursive=True)}  # e.g. a kernel still exiting
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self):
+        while not self._stop.is_set():
+            total = 0
+            try:
+                kids = self._me.children(recursive=True)
+            except self._psutil.Error:
+                kids = []
+            for p in kids:
+                if p.pid in self._before:
+                    continue
+                try:
+                    total += p.memory_info().rss
+                except self._psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+def _papermill(stem: str, params: dict, out: Path):
+    import papermill as pm
+
+    return pm.execute_notebook(str(NB_DIR / f"{stem}.ipynb"), str(out), parameters=params,
+                               kernel_name="python3", cwd=str(NB_DIR), progress_bar=False,
+                               log_output=False)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_papermill_executes(stem):
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with _PeakRSS() as rss:
+        try:
+            _papermill(stem, {"device": "cpu", "scale": "tiny"}, OUT_DIR / f"{stem}.ipynb")
+        finally:
+            RUNS[stem] = {"seconds": time.perf_counter() - t0, "peak_rss": rss.peak}
+    assert rss.peak > 0, "the kernel's memory could not be read"
+    assert rss.peak <= RSS_LIMIT, f"{stem}: kernel peak RSS {rss.peak / 1e9:.2f} GB > {RSS_LIMIT / 1e9} GB"
+
+
+def test_papermill_total_time():
+    missing = [s for s in STEMS if s not in RUNS]
+    if missing:
+        pytest.skip(f"the papermill pass did not run every notebook in this session (missing {missing})")
+    total = sum(r["seconds"] for r in RUNS.values())
+    (OUT_DIR / "times.json").write_text(json.dumps({"total_seconds": total, "notebooks": RUNS}, indent=1))
+    assert total <= TOTAL_LIMIT, (f"the papermill pass took {total:.0f} s > {TOTAL_LIMIT:.0f} s on this "
+                                  f"machine; per notebook: "
+                                  + ", ".join(f"{s} {r['seconds']:.0f} s" for s, r in RUNS.items()))
+
+
+@pytest.mark.parametrize("params, words", [
+    ({"device": "tpu"}, "allowed: auto, cpu, cuda"),
+    ({"scale": "huge"}, "allowed: auto, tiny, small, full"),
+    ({"batch_sizes": [2, -4]}, "batch_sizes must be positive integers"),
+    ({"repeats": -1}, "repeats must be positive integers"),
+])
+def test_bad_parameters_fail_the_first_cells(params, words, tmp_path):
+    from papermill.exceptions import PapermillExecutionError
+
+    stem = BAD_PARAMS_NOTEBOOK
+    with pytest.raises(PapermillExecutionError) as info:
+        _papermill(stem, {"device": "cpu", "scale": "tiny", **params}, tmp_path / "out.ipynb")
+    assert words in str(info.value.evalue)
+    executed = nbformat.read(str(tmp_path / "out.ipynb"), as_version=4)
+    failed = [i for i, c in enumerate(executed.cells) if c.cell_type == "code"
+              and any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    setup_cell = next(i for i, c in enumerate(executed.cells) if "notebook.setup(" in c.source)
+    assert failed == [setup_cell], "the setup cell right after the parameters must be the one that fails"
+
+
+# a notebook whose parameters hold both batch sizes and repeat counts
+BAD_PARAMS_NOTEBOOK = "03_scoping_no_grad"

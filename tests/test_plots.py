@@ -1,0 +1,96 @@
+"""nogradlab.plots: each picture is drawn from the data given, labelled with device and scale,
+and bad data is refused with a clear message."""
+from __future__ import annotations
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from nogradlab import memory, plots
+
+
+def _texts(fig: Figure) -> str:
+    parts = [fig._suptitle.get_text() if fig._suptitle else ""]
+    parts += [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    for ax in fig.axes:
+        parts += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        parts += [t.get_text() for t in ax.texts]
+        parts += [t.get_text() for t in ax.get_yticklabels() + ax.get_xticklabels()]
+        if ax.get_legend():
+            parts += [t.get_text() for t in ax.get_legend().get_texts()]
+    return "\n".join(parts)
+
+
+def test_memory_sweep_and_lines():
+    rows = plots.memory_sweep("mlp", [1, 4], modes=("grad", "no_grad"), device="cpu", scale="tiny", train=True)
+    assert {(r["mode"], r["batch"]) for r in rows} == {(m, b) for m in ("grad", "no_grad", "train") for b in (1, 4)}
+    by = {(r["mode"], r["batch"]): r for r in rows}
+    assert by[("grad", 4)]["saved_bytes"] > 0 and by[("no_grad", 4)]["saved_bytes"] == 0
+    assert by[("train", 4)]["total_bytes"] > by[("no_grad", 4)]["total_bytes"]
+    fig = plots.memory_vs_batch(rows, device="cpu (test)", scale="tiny")
+    text = _texts(fig)
+    assert "cpu (test), scale tiny" in text and "mlp" in text
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    assert set(lines) == {"grad", "no_grad", "train"}
+    assert list(lines["grad"].get_xdata()) == [1, 4]
+    assert lines["grad"].get_ydata()[1] == pytest.approx(by[("grad", 4)]["total_bytes"] / 2**20)
+
+
+def test_article_table_draws_bands_and_values():
+    rows = [dict(workload="resnet50", quantity="memory saved %", measured=41.0, low=30, high=35,
+                 ci_low=39.0, ci_high=43.0),
+            dict(workload="mlp", quantity="memory saved %", measured=12.0, low=15, high=20),
+            dict(workload="resnet50", quantity="batch factor x", measured=2.4, low=1.8, high=2.2),
+            dict(workload="mlp", quantity="batch factor x", measured=None, low=1.2, high=1.4)]
+    fig = plots.article_table(rows, device="gpu X", scale="full")
+    assert len(fig.axes) == 2
+    text = _texts(fig)
+    assert "gpu X, scale full" in text and "article's band" in text and "measured here" in text
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["resnet50", "mlp"]
+    # one shaded band per row, one point per measured value
+    assert len(fig.axes[0].collections) >= 2
+    xs = sorted(float(c.get_xdata()[0]) for c in fig.axes[0].get_lines() if c.get_marker() == "o")
+    assert xs == [12.0, 41.0]
+
+
+def test_timeline_from_reports():
+    net = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
+    x = torch.randn(8, 64)
+    reports = {}
+    for mode in ("grad", "no_grad"):
+        def fn(mode=mode):
+            with (torch.enable_grad() if mode == "grad" else torch.no_grad()):
+                return net(x)
+        reports[mode] = memory.measure(fn, "cpu", timeline=True)
+    fig = plots.timeline(reports, device="cpu", scale="tiny")
+    lines = {ln.get_label(): ln.get_ydata() for ln in fig.axes[0].get_lines()}
+    assert set(lines) == {"grad", "no_grad"}
+    assert max(lines["grad"]) > max(lines["no_grad"])  # grad keeps activations alive
+    with pytest.raises(ValueError, match="timeline=True"):
+        plots.timeline({"grad": memory.measure(lambda: net(x), "cpu")}, device="cpu")
+
+
+def test_eval_grid_needs_four_cells():
+    cell = {"saved_bytes": 2048, "requires_grad": True}
+    cells = {"train+grad": cell, "train+no_grad": {"saved_bytes": 0}, "eval+grad": cell,
+             "eval+no_grad": {"saved_bytes": 0}}
+    fig = plots.eval_grid(cells, device="cpu", scale="tiny")
+    text = _texts(fig)
+    assert "saved_bytes: 2.00 KiB" in text and "model.eval()" in text and "cpu, scale tiny" in text
+    with pytest.raises(ValueError, match="missing: eval\\+no_grad"):
+        plots.eval_grid({k: v for k, v in cells.items() if k != "eval+no_grad"}, device="cpu")
+
+
+def test_largest_batch_bars():
+    fig = plots.largest_batch({"12 GiB": {"train": 90, "eval+no_grad": 400}, "16 GiB": {"train": 120}},
+                              device="cuda (virtual)", scale="full")
+    heights = sorted(int(p.get_height()) for p in fig.axes[0].patches)
+    assert heights == [0, 90, 120, 400]
+    assert "cuda (virtual), scale full" in _texts(fig)
+
+
+@pytest.mark.parametrize("fn, arg", [(plots.memory_vs_batch, []), (plots.article_table, []),
+                                     (plots.timeline, {}), (plots.largest_batch, {})])
+def test_empty_data_refused(fn, arg):
+    with pytest.raises(ValueError, match="at least one"):
+        fn(arg, device="cpu")
