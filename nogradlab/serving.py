@@ -1,0 +1,295 @@
+"""A real (small) inference server, to see what no_grad changes per request.
+
+    from nogradlab import serving
+    r = serving.run("keep_outputs", n=20)      # start, send 20 requests, stop
+    r.summary(), r.to_frame()
+
+``InferenceServer`` serves one workload (tiny scale by default) with Tornado on 127.0.0.1 (an
+ephemeral port), from a background thread with its own event loop; ``stop()`` shuts it down and
+joins the thread. ``GET /predict`` runs the model once on a fixed input batch and answers JSON.
+The handler comes in ``VARIANTS``:
+
+* ``"grad"``: no no_grad anywhere (the request thread tracks gradients, as every thread does by
+  default);
+* ``"no_grad"``: the whole handler under ``torch.no_grad()``;
+* ``"keep_outputs"``: like ``"grad"``, and the handler appends every output to a list (a cache, a
+  log, a metrics buffer...), as buggy servers do: each output keeps its autograd graph alive;
+* ``"thread_pool"``: the handler is under ``torch.no_grad()`` but hands the model call to a
+  ``ThreadPoolExecutor``. Grad mode is per thread, so the worker still tracks gradients;
+* ``"thread_pool_fixed"``: the same, with ``torch.no_grad()`` entered inside the worker.
+
+Memory per request is measured with ``nogradlab.memory.measure`` around the model call, in the
+thread that runs it (its hooks are per thread): ``peak_bytes``, ``saved_bytes`` (saved for
+backward), ``retained_bytes`` (alive when the call returns: the output and its graph). After each
+request the handler reports ``held_bytes``: the retained bytes of the earlier outputs that are still
+alive (checked with weak references), i.e. what the server keeps between requests.
+
+``send_requests`` is the client: N sequential GETs (N capped at ``MAX_REQUESTS``, a timeout on each,
+loopback addresses only), each with its latency.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import threading
+import time
+import urllib.parse
+import urllib.request
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from . import device as _device
+from . import memory as _memory
+from . import workloads as _workloads
+
+__all__ = ["VARIANTS", "MAX_REQUESTS", "InferenceServer", "ServingResult", "send_requests", "run",
+           "compare"]
+
+VARIANTS = ("grad", "no_grad", "keep_outputs", "thread_pool", "thread_pool_fixed")
+MAX_REQUESTS = 1000
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class _State:
+    """What the handler needs: the model, its input, the worker pool, and what it keeps."""
+
+    def __init__(self, variant, wl, dev, batch, seed):
+        torch.manual_seed(seed)
+        self.variant, self.device = variant, dev
+        self.model = wl.build(dev).eval()
+        self.x = wl.make_input(batch, dev)
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-worker")
+        self.kept = []  # keep_outputs: every output, as a buggy server keeps them
+        self.outputs = []  # (weakref to each output, its retained bytes)
+        self.lock = threading.Lock()
+
+    def call(self, no_grad_inside=False):
+        """Run the model once in the current thread, measured; returns (report, output, facts),
+        facts being the grad mode the model call saw and the thread it ran in."""
+        facts = {"thread": threading.current_thread().name}
+
+        def forward():
+            if no_grad_inside:
+                with torch.no_grad():
+                    facts["grad_enabled"] = torch.is_grad_enabled()
+                    return self.model(self.x)
+            facts["grad_enabled"] = torch.is_grad_enabled()
+            return self.model(self.x)
+
+        report, out = _memory.measure(forward, self.device, return_result=True)
+        return report, out, facts
+
+    def handle(self) -> dict:
+        t0 = time.perf_counter()
+        v = self.variant
+        if v in ("grad", "keep_outputs"):
+            report, out, facts = self.call()
+        elif v == "no_grad":
+            with torch.no_grad():
+                report, out, facts = self.call()
+        else:  # the thread pools: no_grad here, in the request thread only
+            with torch.no_grad():
+                report, out, facts = self.pool.submit(self.call, v == "thread_pool_fixed").result()
+        answer = {"prediction": out.argmax(dim=-1).flatten()[:8].tolist(),
+                  "requires_grad": out.requires_grad,
+                  "grad_fn": type(out.grad_fn).__name__ if out.grad_fn is not None else None,
+                  "peak_bytes": report.peak_bytes, "saved_bytes": report.saved_bytes,
+                  "retained_bytes": report.retained_bytes, "memory_method": report.method,
+                  **facts}
+        with self.lock:
+            self.outputs.append((weakref.ref(out), report.retained_bytes))
+            if v == "keep_outputs":
+                self.kept.append(out)
+            del out
+            answer["held_bytes"] = sum(n for ref, n in self.outputs if ref() is not None)
+            answer["kept_outputs"] = len(self.kept)
+        answer["server_s"] = time.perf_counter() - t0
+        return answer
+
+
+def _handler_class():
+    import tornado.web
+
+    class PredictHandler(tornado.web.RequestHandler):
+        def initialize(self, state):
+            self.state = state
+
+        def get(self):
+            self.set_header("Content-Type", "application/json")
+            self.write(json.dumps(self.state.handle()))
+
+    return PredictHandler
+
+
+class InferenceServer:
+    """A Tornado server on 127.0.0.1 in a background thread; a context manager (start/stop)."""
+
+    def __init__(self, variant: str = "no_grad", workload: str = "mlp", scale: str = "tiny",
+                 device="cpu", batch: "int | None" = None, seed: int = 0):
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
+        self.wl = _workloads.get(workload, scale)
+        self.device = _device.resolve(device)
+        self.batch = _workloads.check_batch(batch if batch is not None else self.wl.default_batch)
+        self.variant, self.seed = variant, seed
+        self.port = None
+        self.state = None
+        self._thread = None
+        self._loop = None
+        self._stopping = None
+        self._ready = threading.Event()
+        self._error = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/predict"
+
+    def start(self, timeout: float = 30.0) -> "InferenceServer":
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self.state = _State(self.variant, self.wl, self.device, self.batch, self.seed)
+        self._thread = threading.Thread(target=self._main, name=f"tornado-{self.variant}", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None:
+            self.stop()
+            raise RuntimeError(f"the server did not start: {self._error!r}")
+        return self
+
+    def _main(self):
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported to start()
+            self._error = e
+            self._ready.set()
+
+    async def _serve(self):
+        import tornado.httpserver
+        import tornado.netutil
+        import tornado.web
+
+        app = tornado.web.Application([(r"/predict", _handler_class(), {"state": self.state})])
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        server = tornado.httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        self.port = sockets[0].getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.stop()
+            await server.close_all_connections()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving, join the thread, shut the worker pool down; safe to call twice."""
+        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError("the server thread did not stop")
+        if self.state is not None:
+            self.state.pool.shutdown(wait=True)
+        self._loop = self._stopping = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def send_requests(url: str, n: int, *, timeout: float = 10.0) -> list:
+    """Send ``n`` sequential GET requests to ``url`` (loopback only, ``n <= MAX_REQUESTS``); returns
+    the answers, each with its client-side ``latency_s`` and ``index``."""
+    host = urllib.parse.urlparse(url).hostname
+    if host not in _LOOPBACK:
+        raise ValueError(f"only loopback addresses are allowed ({', '.join(_LOOPBACK)}), got {host!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"n must be an integer in [1, {MAX_REQUESTS}], got {n!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    answers = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = json.loads(resp.read())
+        body.update(index=i, latency_s=time.perf_counter() - t0)
+        answers.append(body)
+    return answers
+
+
+@dataclass
+class ServingResult:
+    """Per-request facts of one variant (``requests``: the answers, in order)."""
+
+    variant: str
+    workload: str
+    scale: str
+    batch: int
+    device: str
+    requests: list
+    memory_method: str = ""
+    seconds: float = 0.0
+    notes: list = field(default_factory=list)
+
+    def summary(self) -> dict:
+        r = self.requests
+        n = len(r)
+        return {
+            "variant": self.variant, "requests": n,
+            "saved_bytes_per_request": statistics.median(x["saved_bytes"] for x in r),
+            "peak_bytes_per_request": statistics.median(x["peak_bytes"] for x in r),
+            "retained_bytes_per_request": statistics.median(x["retained_bytes"] for x in r),
+            "held_bytes_after_last": r[-1]["held_bytes"],
+            "held_growth_per_request": (r[-1]["held_bytes"] - r[0]["held_bytes"]) / max(n - 1, 1),
+            "outputs_requiring_grad": sum(x["requires_grad"] for x in r),
+            "model_threads": sorted({x["thread"] for x in r}),
+            "median_latency_s": statistics.median(x["latency_s"] for x in r),
+        }
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["summary"] = self.summary()
+        return d
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.requests)
+
+
+def run(variant: str, n: int = 20, *, workload: str = "mlp", scale: str = "tiny", device="cpu",
+        batch: "int | None" = None, timeout: float = 10.0, seed: int = 0) -> ServingResult:
+    """Start a server in ``variant``, send ``n`` requests, stop it; the per-request facts."""
+    from .batch import frozen_gc
+
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"n must be an integer in [1, {MAX_REQUESTS}], got {n!r}")
+    t0 = time.perf_counter()
+    # frozen: the two full collections per measured call only walk what the requests create
+    with frozen_gc(), InferenceServer(variant, workload, scale, device, batch, seed) as srv:
+        answers = send_requests(srv.url, n, timeout=timeout)
+    return ServingResult(variant=variant, workload=srv.wl.name, scale=scale, batch=srv.batch,
+                         device=str(srv.device), requests=answers,
+                         memory_method=answers[0]["memory_method"],
+                         seconds=round(time.perf_counter() - t0, 3))
+
+
+def compare(variants=VARIANTS, n: int = 10, **kwargs) -> dict:
+    """``{variant: ServingResult}`` for several variants (validated before any server starts)."""
+    variants = list(variants)
+    for v in variants:
+        if v not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r}; allowed: {', '.join(VARIANTS)}")
+    return {v: run(v, n, **kwargs) for v in variants}
