@@ -866,10 +866,10 @@ def x01(ctx):
                f"{(saved_err or 'nothing').split('. ')[0]}. "
                f"Gain over no_grad on {wl.name} {ctx.scale}: {speedup:.3f}x (95 % CI {lo:.3f}-{hi:.3f})")
     if lo <= 1 <= hi:
-        noisy = any(t.noisy for t in cmp.timings.values())
-        summary += (": no difference resolved" + (" (noisy timings on this machine)" if noisy else "") + ".")
-    else:
-        summary += "."
+        summary += ": no difference resolved"
+    if any(t.noisy for t in cmp.timings.values()):
+        summary += " (noisy timings: IQR over 10 % of the median; rerun on a quiet machine)"
+    summary += "."
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
