@@ -115,3 +115,14 @@ def test_bad_arguments_raise_usage_errors_before_the_cell_runs(ip, magic, line, 
     for w in words:
         assert w in str(e.value)
     assert ip.user_ns["count"] == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_memory_on_cuda_reads_the_allocator(ip):
+    ip.user_ns.update(xc=torch.randn(256, 1024, device="cuda"),
+                      lin=torch.nn.Linear(1024, 1024, device="cuda"))
+    ip.run_cell_magic("memory", "--device cuda -o report", "y = lin(xc)")
+    r = ip.user_ns["report"]
+    assert r.method == "allocator" and r.device.startswith("cuda")
+    assert r.retained_bytes >= 256 * 1024 * F32  # y is alive in the namespace
+    assert r.saved_bytes == 256 * 1024 * F32  # Linear saves its input for the weight gradient
