@@ -325,6 +325,17 @@ def _check_modes(modes_) -> list:
     return modes_
 
 
+def _check_timing(rounds, min_run_time, warmup=0):
+    """The timing knobs, checked before any work (timing.compare checks them again, later)."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:
+        raise ValueError(f"rounds must be an integer of at least 2, got {rounds!r}")
+    if isinstance(min_run_time, bool) or not isinstance(min_run_time, (int, float)) \
+            or not min_run_time > 0:
+        raise ValueError(f"min_run_time must be a positive number of seconds, got {min_run_time!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an integer of 0 or more, got {warmup!r}")
+
+
 def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, *, model=None,
                   memory: bool = True, time: bool = True, rounds: int = 10,
                   min_run_time: float = 0.3, warmup: int = 2, method: str = "auto",
@@ -338,7 +349,10 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     """
     import time as _time
 
+    if not callable(fn):
+        raise TypeError(f"measure_modes needs a callable, got {type(fn).__name__}")
     modes_ = _check_modes(modes)
+    _check_timing(rounds, min_run_time, warmup)
     dev = _device.resolve(device) if device is not None else None
     for m in modes_:
         if _modes.parse(m).train is not None and model is None:
@@ -567,6 +581,7 @@ def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = N
     dev = _check_common(workload, scale, batch, device)
     scale = _workloads.resolve_scale(scale, dev)
     modes_ = _check_modes(modes)
+    _check_timing(rounds, min_run_time)
     if memory_source not in MEMORY_SOURCES:
         raise ValueError(f"unknown memory source {memory_source!r}; allowed: "
                          f"{', '.join(MEMORY_SOURCES)}")

@@ -78,8 +78,8 @@ def test_modes_prints_one_table_with_speedup_ci_and_memory(ip, capsys):
         assert word in header[0]
     for m in ("grad", "no_grad", "inference_mode"):
         assert any(line.startswith(m + " ") for line in out.splitlines())
-    # the last mode ran last: its output has no graph
-    assert ip.user_ns["y"].grad_fn is None
+    # the cell's assignments stay in the namespace (from its last run)
+    assert ip.user_ns["y"].shape == (8, 4)
 
 
 def test_modes_defaults_and_runs_the_cell_each_time(ip, capsys):

@@ -29,6 +29,8 @@ def _restore_grad_mode():
     (dict(device="tpu"), ["unknown device", "cpu", "cuda"]),
     (dict(memory_source="guess"), ["measure", "estimate"]),
     (dict(interactive="yes"), ["interactive"]),
+    (dict(rounds=1), ["rounds", "at least 2"]),
+    (dict(min_run_time=0), ["min_run_time", "positive"]),
 ])
 def test_explorer_rejects_bad_arguments(kwargs, words):
     with pytest.raises((ValueError, RuntimeError)) as e:
