@@ -44,9 +44,16 @@ import timeit
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
+import logging
+
 import numpy as np
 import torch
-from torch.utils.benchmark import Timer
+
+if not torch.cuda.is_available():
+    # torch.utils.benchmark imports torch.utils.cpp_extension, which logs "No CUDA runtime is
+    # found" on every CPU-only machine: true, harmless, and alarming in a learner's notebook.
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+from torch.utils.benchmark import Timer  # noqa: E402
 
 from nogradlab import device as _device
 
