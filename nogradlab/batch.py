@@ -50,7 +50,7 @@ from . import memory as _memory
 from . import workloads as _workloads
 
 __all__ = ["MODES", "METHODS", "BatchResult", "largest_batch", "largest_batches", "search",
-           "search_on_cuda", "memory_cap", "max_trials", "frozen_gc"]
+           "search_on_cuda", "memory_cap", "measured_bytes", "max_trials", "frozen_gc"]
 
 # mode -> the nogradlab.modes setting of the forward pass (None: a training step)
 _SETTINGS = {"train": None, "grad": "eval+grad", "eval+no_grad": "eval+no_grad",
@@ -179,8 +179,8 @@ def _guess(probe, budget: int, max_batch: int, rounds: int = 3) -> int:
         return 1
     b1 = 2
     for _ in range(rounds):
-        if n0 is None or n1 is None or n1 <= n0:
-            break
+        if n0 is None or n1 is None or b1 == b0 or (n1 - n0) * (b1 - b0) <= 0:
+            break  # an OOM (no bytes) or memory that does not grow: search from here
         g = int(min(max(b1 + (budget - n1) * (b1 - b0) // (n1 - n0), 1), max_batch))
         if g == b1:
             break
@@ -209,15 +209,28 @@ def frozen_gc():
 # the two predicates
 
 
+_FASTPATH_NOTE = ("estimated with nn.TransformerEncoder's fused inference fast path switched off: "
+                  "that path runs a whole layer inside one operator whose temporaries the tracker "
+                  "cannot see; a real run on the fast path may need less")
+
+
 @functools.lru_cache(maxsize=4096)
 def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str) -> tuple:
     """(total estimated peak: weights, inputs and everything the step allocates; the estimate's
-    notes). Deterministic, so cached."""
-    if mode == "train":
-        r = _memory.estimate(workload, batch, dev, step="train", scale=scale)
-    else:
-        r = _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale)
-    return int(r.total_peak_bytes), tuple(r.notes)
+    notes). The transformer fast path is off while estimating (see ``_FASTPATH_NOTE``), whatever
+    the caller set, so results are deterministic and cached."""
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        if mode == "train":
+            r = _memory.estimate(workload, batch, dev, step="train", scale=scale)
+        else:
+            r = _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+    notes = tuple(r.notes) + ((_FASTPATH_NOTE,) if workload == "transformer_base" and mode != "train"
+                              else ())
+    return int(r.total_peak_bytes), notes
 
 
 def _real_runner(wl, mode: str, dev: torch.device):
@@ -244,6 +257,47 @@ def _real_runner(wl, mode: str, dev: torch.device):
         model.zero_grad(set_to_none=True)
 
     return run, reset, model
+
+
+def measured_bytes(workload: str, mode: str, batch: int, device="cpu", *, scale: str = "full",
+                   warmup: bool = True) -> int:
+    """The real counterpart of an estimate: total peak of one real step of ``workload`` in
+    ``mode`` at ``batch`` on ``device`` (weights, buffers and inputs, rounded as the device rounds
+    them, plus the step's own peak from :func:`nogradlab.memory.measure`: live storages off CUDA,
+    the caching allocator on CUDA). ``warmup`` first runs the step once at batch 1 on CUDA, so
+    that lazily created library workspaces (cuBLAS) are not counted as the step's."""
+    from . import modes
+
+    if mode not in _SETTINGS:
+        raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+    wl = _workloads.get(workload, scale)
+    dev = _device.resolve(device)
+    _workloads.check_batch(batch)
+
+    def step(b):
+        torch.manual_seed(0)
+        model = wl.build(dev)
+        x = wl.make_input(b, dev)
+        entry = [x]
+        if mode == "train":
+            y = wl.make_target(b, dev)
+            entry.append(y)
+            opt = _memory._OPTIMIZERS["sgd"](model.parameters())
+
+            def fn():
+                return _memory.train_step(model, x, y, wl.loss, opt)
+        else:
+            def fn():
+                with modes.setting(_SETTINGS[mode], model=model, device=dev):
+                    return model(x)
+        with frozen_gc():
+            rep = _memory.measure(fn, dev)
+        block = _memory.CUDA_BLOCK if dev.type == "cuda" else 1
+        return _memory._entry_bytes(model, entry, block) + rep.peak_bytes
+
+    if warmup and dev.type == "cuda":
+        step(1)
+    return step(batch)
 
 
 @contextlib.contextmanager

@@ -226,3 +226,53 @@ def test_cuda_search_refuses_budget_above_device(monkeypatch):
     with pytest.raises(ValueError, match="exceeds"):
         batch.search_on_cuda(lambda b: 1, FakeCuda.TOTAL + 1, "cuda:0")
     assert fake.fractions == []
+
+
+def test_real_search_path_end_to_end_with_fake_allocator(monkeypatch):
+    """_search_real with real mlp steps on the CPU; the fake allocator needs 1 MiB + 4 KiB per
+    sample, and the input allocation "runs out of memory" above the cap, or above batch 300."""
+    from nogradlab import workloads
+
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    last, limit, base, per = {}, 300, 2 ** 20, 4 * KIB
+    original = workloads.Workload.make_input
+
+    def make_input(self, b, device="cpu", dtype=torch.float32):
+        last["b"] = b
+        if b > limit or base + per * b > fake.fraction * FakeCuda.TOTAL:
+            raise torch.cuda.OutOfMemoryError(f"fake OOM at batch {b}")
+        return original(self, b, device, dtype)
+
+    monkeypatch.setattr(workloads.Workload, "make_input", make_input)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: base + per * last["b"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: 12345)
+    wl = workloads.get("mlp", "tiny")
+    # (mode, budget, answer, most trials): the guess from the bytes of batches 1 and 2 is exact when
+    # the cap is what stops the batch; an OOM far below the guess costs a longer walk down
+    for mode, budget, expect, most in [("train", base + per * 120, 120, 5),
+                                       ("eval+no_grad", 10 ** 9, limit, 2 * 12 + 2),
+                                       ("grad", base - 1, 0, 1)]:
+        r = batch.BatchResult(wl.name, mode, budget, 0, [], "search", "cpu")
+        got = batch._search_real(wl, mode, torch.device("cpu"), budget, 4096, "auto",
+                                 lambda b, ok, n: r.trials.append((b, ok, n)), r)
+        assert got == expect
+        assert fake.fraction == 0.7
+        assert r.allocated_before == r.allocated_after == 12345 and not r.notes
+        assert all(ok == (b <= min(limit, (budget - base) // per)) for b, ok, _ in r.trials)
+        assert len(r.trials) <= most
+
+
+def test_c04_check_compares_modes_and_agrees_with_real_cpu_runs():
+    from nogradlab import claims
+
+    r = claims.check("C04", device="cpu", scale="tiny", workloads=["unet"], budgets_gib=[12])
+    conds = r.evidence["conditions"]
+    unet = next(c for c in conds if c["workload"] == "unet")
+    assert unet["eval+no_grad"] > unet["grad"] > 0 and unet["eval+no_grad"] > unet["train"] > 0
+    assert all(v["real_agrees"] for v in r.evidence["cpu_check"].values())
+    larger = [c["larger_than_grad"] for c in conds]
+    assert r.verdict == ("holds" if all(larger) else "does not hold" if not any(larger) else "depends")
+    with pytest.raises(ValueError, match="allowed"):
+        claims.check("C04", device="cpu", scale="tiny", workloads=["vgg"])

@@ -94,3 +94,16 @@ def test_bad_arguments_raise_before_starting():
     with pytest.raises(ValueError, match="allowed"):
         serving.compare(["grad", "nope"])
     assert _server_threads() == []
+
+
+def test_c25_is_not_testable_but_measures_the_mechanism():
+    from nogradlab import claims
+
+    r = claims.check("C25", device="cpu", scale="tiny", requests=3)
+    assert r.verdict == "not testable"
+    s = r.evidence["summaries"]
+    assert s["no_grad"]["saved_bytes_per_request"] == 0 < s["grad"]["saved_bytes_per_request"]
+    assert r.evidence["series"]["keep_outputs"]["held_bytes"][-1] > 0 == s["grad"]["held_bytes_after_last"]
+    assert len(r.evidence["series"]["grad"]["request"]) == 3
+    json_ok = r.to_dict()
+    assert json_ok["evidence"]["statistic"]["testable"] is False

@@ -1,0 +1,318 @@
+"""The reference run on one GPU: every claim at full scale, and the measurements behind the memory
+figures checked against the CUDA caching allocator itself. Meant to finish within 8 minutes.
+
+    python benchmarks/gpu_reference.py                         # on the GPU machine
+    python benchmarks/gpu_reference.py --device cpu --scale tiny --out /tmp/rehearsal --claims C06,C09
+
+Sections (each prints what it does, or why it is skipped):
+
+1. **probes** (CUDA only): ``memory.measure(method="allocator")`` of a grad and a no_grad forward
+   of every workload against ``torch.cuda.max_memory_allocated`` read directly around the same call.
+2. **OOM leak** (CUDA only): a training step far over a 1 GiB cap, recovered by the search's OOM
+   guard; ``torch.cuda.memory_allocated`` after must equal before.
+3. **estimate vs real**: the fake-tensor estimate (``batch`` module, virtual CUDA on a GPU) against
+   the real total peak (``batch.measured_bytes``: the allocator on CUDA, live storages on a CPU) for
+   each workload at its default batch: grad forward, eval+no_grad forward, training step.
+4. **claims**: every claim check (``nogradlab.claims.check``, one at a time so that one failure
+   does not stop the others) at ``--scale`` on ``--device``.
+5. **largest batch**: under 12 and 16 GiB for every workload, real OOM search (CUDA) beside the
+   estimate; taken from C04's evidence when C04 ran on this GPU, else run here. Each real search
+   must leave ``memory_allocated`` as it found it.
+
+Writes ``<out>/<machine>/claims.json`` (the report's schema, ``nogradlab.report``),
+``<out>/<machine>/gpu_reference.json`` (sections 1-3 and 5) and ``<out>/<machine>/summary.md``.
+Exits 1 when a CUDA check failed (probe mismatch, leaked bytes), after writing everything.
+A time budget (``--time-budget``, 480 s) skips what would start after it, with a printed reason.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from nogradlab import batch, claims, memory, modes, report, workloads  # noqa: E402
+from nogradlab import device as nd  # noqa: E402
+
+GiB = 2 ** 30
+FMT = memory.format_bytes
+MODES = ("grad", "eval+no_grad", "train")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class Clock:
+    def __init__(self, budget_s: float):
+        self.t0 = time.perf_counter()
+        self.budget = budget_s
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self, need_s: float = 0.0) -> bool:
+        return self.elapsed + need_s < self.budget
+
+
+# ------------------------------------------------------------------------------------ sections
+
+def probes(dev, names, scale) -> list:
+    """memory.measure(method='allocator') against max_memory_allocated read around the same call."""
+    rows = []
+    for name in names:
+        wl = workloads.get(name, scale)
+        torch.manual_seed(0)
+        model = wl.build(dev)
+        x = wl.make_input(wl.default_batch, dev)
+        for setting in ("eval+grad", "eval+no_grad"):
+            def fn():
+                with modes.setting(setting, model=model, device=dev):
+                    return model(x)
+
+            fn()  # warm-up: library workspaces, kernels chosen
+            nd.synchronize(dev)
+            rep = memory.measure(fn, dev, method="allocator")
+            gc.collect()
+            nd.synchronize(dev)
+            before = torch.cuda.memory_allocated(dev)
+            torch.cuda.reset_peak_memory_stats(dev)
+            out = fn()
+            nd.synchronize(dev)
+            direct = torch.cuda.max_memory_allocated(dev) - before
+            del out
+            rows.append({"workload": name, "setting": setting, "batch": wl.default_batch,
+                         "probe_peak_bytes": rep.peak_bytes, "direct_peak_bytes": direct,
+                         "saved_bytes": rep.saved_bytes, "agree": rep.peak_bytes == direct})
+            log(f"  {name:16s} {setting:13s} probe {FMT(rep.peak_bytes):>11s}  direct {FMT(direct):>11s}"
+                f"  {'ok' if rows[-1]['agree'] else 'MISMATCH'}")
+        del model, x
+        gc.collect()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def oom_leak(dev) -> dict:
+    """A ResNet-50 training step at batch 256 under a 1 GiB cap, through the search's OOM guard: it
+    must run out of memory, and leave ``memory_allocated`` as it was."""
+    gc.collect()
+    torch.cuda.empty_cache()
+    nd.synchronize(dev)
+    before = torch.cuda.memory_allocated(dev)
+    run, reset, model = batch._real_runner(workloads.get("resnet50", "full"), "train", dev)
+    try:
+        with batch.memory_cap(GiB, dev):
+            fits, _ = batch._oom_guarded(run, reset)(256)
+    finally:
+        del run, reset, model
+        gc.collect()
+        torch.cuda.empty_cache()
+    nd.synchronize(dev)
+    after = torch.cuda.memory_allocated(dev)
+    r = {"cap_bytes": GiB, "batch": 256, "oom": not fits, "allocated_before": before,
+         "allocated_after": after, "leak_free": before == after and not fits}
+    log(f"  ResNet-50 training step, batch 256, 1 GiB cap: {'OOM' if not fits else 'fitted (?)'}; "
+        f"allocated before {before}, after {after}: {'ok' if r['leak_free'] else 'FAILED'}")
+    return r
+
+
+def estimate_vs_real(dev, names, scale) -> list:
+    est_dev = str(dev) if dev.type == "cuda" else "cpu"
+    rows = []
+    for name in names:
+        b = workloads.get(name, scale).default_batch
+        for mode in MODES:
+            est, notes = batch._estimated_bytes(name, scale, mode, b, est_dev)
+            real = batch.measured_bytes(name, mode, b, dev, scale=scale)
+            rows.append({"workload": name, "mode": mode, "batch": b, "estimate_bytes": est,
+                         "real_bytes": real, "ratio": est / real if real else None,
+                         "estimate_notes": list(notes),
+                         "real_method": "allocator" if dev.type == "cuda" else "storage"})
+            log(f"  {name:16s} {mode:13s} batch {b:4d}: estimate {FMT(est):>11s}  real {FMT(real):>11s}"
+                f"  ({est / real:.3f}x)")
+            if dev.type == "cuda":
+                gc.collect()
+                torch.cuda.empty_cache()
+    return rows
+
+
+def run_claims(ids, dev, scale, clock) -> list:
+    results = []
+    for cid in ids:
+        if not clock.left(20):
+            log(f"  {cid}: skipped, time budget spent ({clock.elapsed:.0f} s)")
+            results.append(report.missing_entry(claims.get(cid), "skipped: time budget spent"))
+            continue
+        try:
+            r = claims.check(cid, device=str(dev), scale=scale)
+            results.append(r)
+            log(f"  {cid} [{r.verdict}] {r.seconds:.1f} s: {r.summary[:160]}")
+        except Exception as e:  # noqa: BLE001 - one failing check must not stop the reference run
+            reason = f"{type(e).__name__}: {e}"
+            log(f"  {cid}: ERROR {reason}")
+            traceback.print_exc()
+            results.append(report.missing_entry(claims.get(cid), reason))
+    return results
+
+
+def largest_batches(dev, names, budgets, scale, c04, clock) -> list:
+    """Rows (workload, budget, mode, method, batch, ...): from C04's evidence where it has them."""
+    have = {}
+    if c04 is not None and c04.get("verdict") is not None:
+        for r in c04["evidence"].get("searches", []):
+            have[(r["workload"], r["budget_bytes"], r["mode"], r["method"], r["scale"])] = r
+    methods = ("search", "estimate") if dev.type == "cuda" else ("estimate",)
+    target = str(dev) if dev.type == "cuda" else "cuda"
+    rows = []
+    for name in names:
+        for gib in budgets:
+            for mode in MODES:
+                for method in methods:
+                    key = (name, int(gib * GiB), mode, method, scale)
+                    if key in have:
+                        rows.append(dict(have[key], source="C04"))
+                    elif clock.left(30):
+                        r = batch.largest_batch(name, mode, int(gib * GiB), target, scale=scale,
+                                                method=method, max_batch=2 ** 22)
+                        rows.append(dict(r.to_dict(), trials=len(r.trials),
+                                         bytes_at_batch=r.bytes_at(r.batch), source="here"))
+                    else:
+                        log(f"  {name} {gib:g} GiB {mode} {method}: skipped, time budget spent")
+                        continue
+                    r = rows[-1]
+                    leak = (r.get("allocated_before") is not None
+                            and r["allocated_before"] != r["allocated_after"])
+                    r["leak_free"] = not leak
+                    log(f"  {name:16s} {gib:4g} GiB {mode:13s} {method:8s} batch {r['batch']:7d} "
+                        f"({r['trials']} trials{', LEAK' if leak else ''}) [{r['source']}]")
+    return rows
+
+
+# ------------------------------------------------------------------------------------ output
+
+def summary_md(meta, doc, sections) -> str:
+    lines = [f"# GPU reference run: {meta['device_label']}", "",
+             f"scale {meta['scale']}, torch {meta['torch']}, {meta['date']}, "
+             f"{meta['seconds']:.0f} s", "", "## Claims", "", "| id | verdict | measured |", "|---|---|---|"]
+    for c in doc["claims"]:
+        text = (c.get("summary") or "").replace("|", "/").replace("\n", " ")
+        lines.append(f"| {c['id']} | {c['verdict'] or 'not run'} | {text[:300]} |")
+    for title, key, cols in (
+            ("Probes: measure(allocator) vs max_memory_allocated", "probes",
+             ("workload", "setting", "probe_peak_bytes", "direct_peak_bytes", "agree")),
+            ("Estimate vs real total peak", "estimate_vs_real",
+             ("workload", "mode", "batch", "estimate_bytes", "real_bytes", "ratio")),
+            ("Largest batch", "largest_batch",
+             ("workload", "budget_bytes", "mode", "method", "batch", "trials", "leak_free"))):
+        rows = sections.get(key)
+        lines += ["", f"## {title}", ""]
+        if not rows:
+            lines.append(f"skipped: {sections.get('skipped', {}).get(key, 'not run')}")
+            continue
+        lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in rows:
+            cells = [FMT(r[c]) if c.endswith("bytes") and isinstance(r[c], int) else
+                     f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c]) for c in cols]
+            lines.append("| " + " | ".join(cells) + " |")
+    oom = sections.get("oom_leak")
+    lines += ["", "## OOM leak check", "",
+              json.dumps(oom) if oom else f"skipped: {sections.get('skipped', {}).get('oom_leak')}"]
+    failures = sections.get("failures") or []
+    lines += ["", "## CUDA checks", "", "all passed" if not failures else
+              "FAILED: " + "; ".join(failures), ""]
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="auto", help=f"one of {', '.join(nd.ALLOWED)}")
+    p.add_argument("--scale", default="auto", help="auto, tiny, small or full")
+    p.add_argument("--out", default="results", help="results folder (a subfolder per machine)")
+    p.add_argument("--claims", default="", help="comma-separated claim ids (default: all)")
+    p.add_argument("--workloads", default="", help="comma-separated workloads for sections 1, 3, 5 "
+                                                   f"(default: {', '.join(workloads.names())})")
+    p.add_argument("--budgets-gib", default="12,16", help="budgets for section 5")
+    p.add_argument("--time-budget", type=float, default=480.0, help="seconds; later work is skipped")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    dev = nd.resolve(a.device)
+    scale = workloads.resolve_scale(a.scale, dev)
+    ids = [c.strip() for c in a.claims.split(",") if c.strip()] or claims.ids()
+    for c in ids:
+        claims.get(c)
+    names = [w.strip() for w in a.workloads.split(",") if w.strip()] or list(workloads.names())
+    for w in names:
+        workloads.get(w, scale)
+    budgets = [float(b) for b in a.budgets_gib.split(",") if b.strip()]
+    if not budgets or min(budgets) <= 0:
+        raise SystemExit("--budgets-gib needs positive numbers")
+    clock = Clock(a.time_budget)
+    cuda = dev.type == "cuda"
+    info = nd.describe(dev)
+    log(f"gpu_reference: {nd.label(info)}, scale {scale}, {len(ids)} claims, workloads {', '.join(names)}")
+    sections = {"skipped": {}}
+    no_cuda = f"no CUDA device ({dev}): the allocator checks need one"
+
+    log("1. probes: measure(method='allocator') vs torch.cuda.max_memory_allocated")
+    if cuda:
+        sections["probes"] = probes(dev, names, scale)
+    else:
+        log(f"  skipped: {no_cuda}")
+        sections["skipped"]["probes"] = no_cuda
+    log("2. OOM leak check")
+    if cuda:
+        sections["oom_leak"] = oom_leak(dev)
+    else:
+        log(f"  skipped: {no_cuda}")
+        sections["skipped"]["oom_leak"] = no_cuda
+    log("3. estimate vs real total peak")
+    sections["estimate_vs_real"] = estimate_vs_real(dev, names, scale)
+    log("4. claims")
+    results = run_claims(ids, dev, scale, clock)
+    c04 = next((r.to_dict() if hasattr(r, "to_dict") else r for r in results
+                if (r.id if hasattr(r, "id") else r["id"]) == "C04"), None)
+    log("5. largest batch under " + ", ".join(f"{b:g} GiB" for b in budgets)
+        + ("" if cuda else " (estimates only: " + no_cuda + ")"))
+    sections["largest_batch"] = largest_batches(dev, names, budgets, scale, c04, clock)
+
+    failures = [f"probe {r['workload']} {r['setting']}" for r in sections.get("probes", [])
+                if not r["agree"]]
+    if cuda and not sections["oom_leak"]["leak_free"]:
+        failures.append("memory left allocated after an OOM")
+    failures += [f"leak in search {r['workload']} {r['mode']}" for r in sections["largest_batch"]
+                 if not r["leak_free"]]
+    sections["failures"] = failures
+
+    doc = report.build_doc(results, source="claims", device=str(dev), scale=scale,
+                           seconds=clock.elapsed, command="benchmarks/gpu_reference.py "
+                           + " ".join(argv if argv is not None else sys.argv[1:]),
+                           only=ids if a.claims else None)
+    meta = dict(doc["meta"], date=_dt.datetime.now(_dt.timezone.utc).date().isoformat(),
+                seconds=clock.elapsed)
+    folder = Path(a.out) / doc["meta"]["machine"]
+    report.write_json(doc, folder / "claims.json")
+    (folder / "gpu_reference.json").write_text(json.dumps(
+        {"meta": {k: meta[k] for k in ("device", "device_label", "torch", "scale", "date", "seconds")},
+         **{k: v for k, v in sections.items()}}, indent=1, default=str) + "\n")
+    (folder / "summary.md").write_text(summary_md(meta, doc, sections))
+    log(f"wrote {folder}/claims.json, gpu_reference.json, summary.md in {clock.elapsed:.0f} s")
+    if failures:
+        log("CUDA checks FAILED: " + "; ".join(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
