@@ -392,6 +392,8 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     name = device.strip().lower() if isinstance(device, str) else str(device)
     virtual = name.startswith("cuda") and not torch.cuda.is_available()
     if virtual:
+        if not _device._CUDA_RE.match(name):
+            raise ValueError(f"unknown device {device!r}; allowed: {', '.join(_device.ALLOWED)}")
         if method == "search":
             raise RuntimeError(f"method 'search' needs a real CUDA device, and {device!r} is not "
                                "available here; use method 'estimate' (a virtual CUDA device)")
@@ -467,6 +469,9 @@ def _search_real(wl, mode, dev, budget, max_batch, start, record, result) -> int
     """Real runs under a cap; records allocated bytes before and after (model build included)."""
     _device.synchronize(dev)
     result.allocated_before = torch.cuda.memory_allocated(dev)
+    if result.allocated_before:
+        result.notes.append(f"{_memory.format_bytes(result.allocated_before)} already allocated by "
+                            "this process counted against the cap")
     run = reset = model = None
     try:
         run, reset, model = _real_runner(wl, mode, dev)

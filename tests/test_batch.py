@@ -124,6 +124,7 @@ def test_gc_freeze_is_restored():
     (dict(max_batch=0), "max_batch"),
     (dict(scale="huge"), "allowed: tiny, small, full"),
     (dict(device="tpu"), "allowed: auto, cpu"),
+    (dict(device="cuda:x"), "allowed: auto, cpu"),
     (dict(method="search"), "CUDA"),
 ])
 def test_validation_names_allowed_values(kwargs, match):
@@ -259,7 +260,9 @@ def test_real_search_path_end_to_end_with_fake_allocator(monkeypatch):
                                  lambda b, ok, n: r.trials.append((b, ok, n)), r)
         assert got == expect
         assert fake.fraction == 0.7
-        assert r.allocated_before == r.allocated_after == 12345 and not r.notes
+        assert r.allocated_before == r.allocated_after == 12345
+        assert not any("changed" in n for n in r.notes)
+        assert any("already allocated" in n for n in r.notes)
         assert all(ok == (b <= min(limit, (budget - base) // per)) for b, ok, _ in r.trials)
         assert len(r.trials) <= most
 
@@ -276,3 +279,18 @@ def test_c04_check_compares_modes_and_agrees_with_real_cpu_runs():
     assert r.verdict == ("holds" if all(larger) else "does not hold" if not any(larger) else "depends")
     with pytest.raises(ValueError, match="allowed"):
         claims.check("C04", device="cpu", scale="tiny", workloads=["vgg"])
+
+
+def test_real_search_reports_bytes_left_allocated(monkeypatch):
+    from nogradlab import workloads
+
+    FakeCuda().install(monkeypatch)
+    readings = iter([1000, 5000])  # before the search, after it: 4000 bytes leaked
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda d=None: next(readings))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: 1)
+    wl = workloads.get("mlp", "tiny")
+    r = batch.BatchResult(wl.name, "grad", 10, 0, [], "search", "cpu")
+    assert batch._search_real(wl, "grad", torch.device("cpu"), 10, 4, 1, lambda *a: None, r) == 4
+    assert (r.allocated_before, r.allocated_after) == (1000, 5000)
+    assert any("changed" in n for n in r.notes)
