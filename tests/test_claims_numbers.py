@@ -1,0 +1,193 @@
+"""The numeric claim checks (nogradlab/claims/numbers.py) at device="cpu", scale="tiny".
+
+Each check runs once per session (with short timing knobs: the timing values themselves are never
+asserted, only their structure); memory figures are exact and deterministic, so they are asserted.
+"""
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+import torch
+
+from nogradlab import claims, workloads
+from nogradlab.claims import VERDICTS
+from nogradlab.claims import numbers as N
+
+FAST = {"rounds": 3, "min_run_time": 0.03}
+IDS = ["C03", "C08", "C13", "C16", "C17", "C18", "C19", "C20", "C21", "C23", "X05"]
+_CACHE: dict = {}
+
+
+def result(cid):
+    if cid not in _CACHE:
+        _CACHE[cid] = claims.check(cid, device="cpu", scale="tiny", **FAST)
+    return _CACHE[cid]
+
+
+@pytest.mark.parametrize("cid", IDS)
+def test_check_runs_and_is_well_formed(cid):
+    r = result(cid)
+    assert r.verdict in VERDICTS
+    assert r.summary and isinstance(r.evidence, dict)
+    json.dumps(r.to_dict())  # JSON-able all the way down
+    assert r.scale == "tiny" and r.device["type"] == "cpu"
+
+
+def test_c03_covers_every_workload_at_two_batches():
+    rows = result("C03").evidence["rows"]
+    assert {r["workload"] for r in rows} == set(workloads.names())
+    for name in workloads.names():
+        assert len({r["batch"] for r in rows if r["workload"] == name}) == 2
+    for r in rows:
+        lo, hi = r["time_saved_ci"]
+        assert lo <= r["time_saved"] <= hi
+        assert r["time_saved"] == pytest.approx(1 - 1 / r["speedup"])
+
+
+def test_c08_accounting_is_exact():
+    ev = result("C08").evidence
+    p = (4096 * 8192 + 8192 + 8192 * 1000 + 1000) * 4  # the full-size MLP's fp32 parameters
+    assert N.param_bytes("mlp", "full") == p
+    for name in workloads.names():
+        rows = sorted((r for r in ev["rows"] if r["workload"] == name), key=lambda r: r["batch"])
+        assert len(rows) == 2 and rows[0]["activation_bytes"] < rows[1]["activation_bytes"]
+        for r in rows:
+            assert r["params_grads_optimizer_bytes"] == 3 * r["parameters_bytes"]
+            assert r["activations_exceed_the_rest"] == (r["activation_bytes"] > r["params_grads_optimizer_bytes"])
+    # activations are cheap per sample in the MLP: its crossover is far above the CNNs'
+    assert ev["crossover"]["mlp"]["crossover_batch_sgd"] > 100 * ev["crossover"]["resnet50"]["crossover_batch_sgd"]
+    flags = [r["activations_exceed_the_rest"] for r in ev["rows"]]
+    assert result("C08").verdict == ("holds" if all(flags) else "does not hold" if not any(flags) else "depends")
+
+
+def test_c13_scopes_agree_and_context_cost_is_small():
+    ev = result("C13").evidence
+    assert ev["same_accuracy"]
+    assert 0 < ev["enter_exit_s"] < 1e-3
+    assert ev["predicted_gain_from_context_cost"] >= 0
+
+
+def test_c16_eval_removes_dropout_spread_entirely():
+    r = result("C16")
+    assert r.verdict == "not testable"
+    assert r.evidence["std"]["eval"] == 0.0 and r.evidence["std"]["train"] > 0
+    assert r.evidence["spread_reduction"] == 1.0
+    assert r.evidence["train_no_grad_identical_to_train"]
+
+
+def test_c17_same_accuracy_and_predictions():
+    ev = result("C17").evidence
+    assert ev["same_predictions"]
+    assert ev["accuracy"]["eval"] == ev["accuracy"]["eval+no_grad"]
+    assert 0 < ev["accuracy"]["eval"] < 1  # the labels make the metric able to move
+
+
+def test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns():
+    ev = result("C18").evidence
+    assert {r["workload"] for r in ev["measured"]} == set(N.FEED_FORWARD)
+    for r in ev["measured"] + ev["estimated_full_size"]:
+        assert r["no_grad_total_bytes"] <= r["grad_total_bytes"]
+    for r in ev["measured"]:
+        if r["workload"] in N.CNNS:
+            assert r["no_grad_total_bytes"] < r["grad_total_bytes"]
+    for name in N.CNNS:  # a larger batch saves a larger fraction
+        rows = sorted((r for r in ev["measured"] if r["workload"] == name), key=lambda r: r["batch"])
+        assert rows[0]["memory_saved"] < rows[-1]["memory_saved"]
+
+
+def test_c19_saving_grows_with_sequence_length():
+    ev = result("C19").evidence
+    measured = next(v for k, v in ev["series"].items() if k.startswith("measured"))
+    saved = [r["memory_saved"] for r in sorted(measured, key=lambda r: r["seq_len"])]
+    assert all(b > a for a, b in zip(saved, saved[1:]))
+    flash = ev["series"]["fused flash attention (fake cpu)"]
+    assert flash[0]["memory_saved"] < flash[-1]["memory_saved"]
+    assert ev["grows"][next(k for k in ev["grows"] if k.startswith("measured"))]
+
+
+def test_c20_rows_cover_the_table_with_the_article_bands():
+    r = result("C20")
+    rows = {row["workload"]: row for row in r.evidence["rows"]}
+    assert set(rows) == set(workloads.names())
+    for name, row in rows.items():
+        art = N.ARTICLE_TABLE[name]
+        assert tuple(row["memory_band"]) == art["memory"]
+        assert tuple(row["speed_band"]) == art["speed"]
+        assert tuple(row["batch_band"]) == art["batch"]
+        assert 0 < row["memory_saved"] < 1
+        assert row["eval_no_grad_total_bytes"] < row["train_total_bytes"]
+        lb = row["largest_batch"]
+        assert 0 < lb["train"]["batch"] < lb["eval+no_grad"]["batch"]
+        assert row["batch_factor"] == pytest.approx(lb["eval+no_grad"]["batch"] / lb["train"]["batch"])
+    assert "recurrent" in " ".join(r.evidence["notes"])
+    assert r.evidence["cells"] == 12
+
+
+def test_c21_uses_the_c19_sweep():
+    ev = result("C21").evidence
+    assert set(ev["series"]) == set(result("C19").evidence["series"])
+    flash = ev["longest"]["fused flash attention (fake cpu)"]
+    assert flash["seq_len"] == 4096 and flash["memory_saved"] > 0.40
+
+
+def test_c23_forward_has_no_autograd_events():
+    ev = result("C23").evidence
+    assert ev["forward_autograd_shares"] == [0.0] * 4
+    assert ev["train_step_autograd_share"]["mlp"] > 0
+    mlp = ev["profiles"]["mlp"]
+    assert mlp["grad"]["ops"] == mlp["no_grad"]["ops"]  # same operators, grad on or off
+    assert result("C23").verdict == "does not hold"
+
+
+def test_x05_cases_per_workload():
+    ev = result("X05").evidence
+    rows = {r["workload"]: r for r in ev["rows"]}
+    assert set(rows) == set(workloads.names())
+    for name, row in rows.items():
+        assert {"grad", "no_grad", "inference_mode", "no_grad+bf16"} <= set(row["speedup"])
+        assert ("no_grad+channels_last" in row["speedup"]) == (name in N.CNNS)
+        assert row["speedup"]["grad"] == 1.0
+        assert "compile" in row["skipped"]  # skipped at tiny scale, with the reason
+    assert ev["compile_skipped"]
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def test_accounting_restores_state():
+    fast = torch.backends.mha.get_fastpath_enabled()
+    frozen = gc.get_freeze_count()
+    with N.accounting():
+        assert not torch.backends.mha.get_fastpath_enabled()
+    assert torch.backends.mha.get_fastpath_enabled() == fast
+    assert gc.get_freeze_count() == frozen
+    with pytest.raises(RuntimeError):
+        with N.accounting():
+            raise RuntimeError("boom")
+    assert torch.backends.mha.get_fastpath_enabled() == fast
+
+
+def test_bad_input_is_refused_with_allowed_values():
+    with pytest.raises(ValueError, match="allowed"):
+        N.estimate_sweep("mlp", [1], settings=("bogus",))
+    with pytest.raises(ValueError, match="allowed"):
+        N.estimate_sweep("nope", [1])
+    with pytest.raises(ValueError, match="positive integer"):
+        N.estimate_sweep("mlp", [0])
+    with pytest.raises(ValueError, match="sequence length"):
+        N.with_seq_len(workloads.get("mlp"), 64)
+    with pytest.raises(ValueError, match="allowed"):
+        claims.check("C13", device="cpu", scale="tiny", workload="unet")
+
+
+def test_estimate_sweep_and_memory_saved():
+    rows = N.estimate_sweep("mlp", [1, 4], scale="tiny", device="cpu")
+    assert [(r["batch"], r["setting"]) for r in rows] == [(1, "eval+grad"), (1, "eval+no_grad"),
+                                                         (4, "eval+grad"), (4, "eval+no_grad")]
+    assert all(r["total_peak_bytes"] == r["resident_bytes"] + r["peak_bytes"] for r in rows)
+    assert N.memory_saved(200, 50) == 0.75
+    wl = N.with_seq_len(workloads.get("transformer_base"), 64)
+    assert wl.input_shape == (64, wl.params["d_model"]) and wl.params["seq_len"] == 64
