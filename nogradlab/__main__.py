@@ -72,9 +72,13 @@ def main(argv=None) -> int:
             if outcome.ok:
                 print(f"report: {(outcome.path / 'report.html').resolve()}")
                 return 0
-            bad = [n["name"] for n in meta["notebooks"] if n["status"] != "ok"]
-            print(f"FAILED: {len(bad)} notebook(s) failed or did not run ({', '.join(bad) or 'none'}), "
-                  f"{meta['counts'].get(report.NOT_RUN, 0)} claim(s) not run.", file=sys.stderr)
+            failed = [n["name"] for n in meta["notebooks"] if n["status"] == "failed"]
+            skipped = [n["name"] for n in meta["notebooks"] if n["status"] == "not run"]
+            why = (["interrupted"] if meta.get("interrupted") else []) + \
+                  ([f"{len(failed)} notebook(s) failed ({', '.join(failed)})"] if failed else []) + \
+                  ([f"{len(skipped)} notebook(s) not run"] if skipped else []) + \
+                  [f"{meta['counts'].get(report.NOT_RUN, 0)} claim(s) without a verdict"]
+            print("FAILED: " + "; ".join(why) + ".", file=sys.stderr)
             print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
             if (Path(args.out) / "report.html").exists():
                 print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 from . import __version__
@@ -166,8 +167,6 @@ def load_references(results_dir, exclude=None) -> list:
     ``exclude`` is a path not to list (the run itself). Invalid files are skipped with a warning
     on stderr rather than breaking the report.
     """
-    import sys
-
     out = []
     root = Path(results_dir) if results_dir else None
     if root is None or not root.is_dir():
@@ -286,19 +285,82 @@ def charts(doc: dict, refs=()) -> list:
             out.append((title, _png(fig), caption))
         except Exception as e:  # a bad evidence dict must not cost the whole report
             out.append((title, None, f"could not draw this chart: {type(e).__name__}: {e}"))
+            print(f"warning: report chart {title!r} not drawn: {type(e).__name__}: {e}", file=sys.stderr)
     return out
 
 
+def _c20_table(c, plots, dev):
+    """C20: the article's table beside this run (memory saved, speed gained, batch factor)."""
+    rows = []
+    for r in c["evidence"]["rows"]:
+        wl = r.get("article_label") or r["workload"]
+        ci = r.get("speed_gain_ci") or [None, None]
+        rows += [{"workload": wl, "quantity": "memory saved %", "measured": 100 * r["memory_saved"],
+                  "low": 100 * r["memory_band"][0], "high": 100 * r["memory_band"][1]},
+                 {"workload": wl, "quantity": "speed gained %", "measured": 100 * r["speed_gain"],
+                  "ci_low": None if ci[0] is None else 100 * ci[0],
+                  "ci_high": None if ci[1] is None else 100 * ci[1],
+                  "low": 100 * r["speed_band"][0], "high": 100 * r["speed_band"][1]},
+                 {"workload": wl, "quantity": "batch factor x", "measured": r["batch_factor"],
+                  "low": r["batch_band"][0], "high": r["batch_band"][1]}]
+    return plots.article_table(rows, device=dev, scale=c["scale"])
+
+
+def _c09_batches(c, plots, dev):
+    """C09: the largest ResNet-50 batch under the 12 GiB budget, per mode."""
+    ev = c["evidence"]
+    budget = f"{ev['budget_bytes'] / 2 ** 30:g} GiB"
+    how = "real OOM search" if ev.get("method") == "search" else "exact fake-tensor estimate"
+    return plots.largest_batch({budget: ev["batches"]}, device=f"{dev}; {ev['workload']}, {how}", scale="full")
+
+
+def _c18_memory(c, plots, dev):
+    """C18: total memory of one forward pass against batch size, grad vs no_grad (largest workload)."""
+    measured = c["evidence"]["measured"]
+    wl = max(measured, key=lambda r: r["grad_total_bytes"])["workload"]
+    rows = [{"workload": wl, "mode": mode, "batch": r["batch"], "total_bytes": r[f"{mode}_total_bytes"]}
+            for r in measured if r["workload"] == wl for mode in ("grad", "no_grad")]
+    return plots.memory_vs_batch(rows, device=dev, scale=c["scale"])
+
+
+def _c14_grid(c, plots, dev):
+    """C14: train/eval x grad/no_grad, what each switch changes."""
+    cells = {(g["model_mode"], g["grad_mode"]): {"output differs from eval+grad by": g["max_abs_diff_vs_eval_grad"],
+                                                 "requires_grad": g["requires_grad"],
+                                                 "saved_bytes": g["saved_bytes"],
+                                                 "BN stats updated": g["bn_running_stats_updated"]}
+             for g in c["evidence"]["grid"]}
+    return plots.eval_grid(cells, device=dev, scale=c["scale"])
+
+
+# (claim id, title, adapter from the claim's evidence to a nogradlab.plots figure, caption)
+_KEY_CHARTS = [
+    ("C20", "C20: the article's table, measured", _c20_table,
+     "Grey: the article's band (16 GB GPU); blue: this run, training step vs eval + no_grad forward."),
+    ("C09", "C09: largest batch under the article's 12 GiB", _c09_batches,
+     "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
+    ("C18", "C18: peak memory against batch size", _c18_memory,
+     "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
+    ("C14", "C14: eval() and no_grad are independent", _c14_grid,
+     "eval changes the outputs; no_grad changes only what is tracked and saved."),
+]
+
+
 def _plot_specs(doc: dict) -> list:
-    """Charts from ``nogradlab.plots`` for the claims whose evidence they draw (none until it exists)."""
+    """The key measurement charts, drawn by ``nogradlab.plots`` from this run's evidence
+    (claims without a verdict are left out)."""
     try:
         from . import plots
     except ImportError:
         return []
-    fn = getattr(plots, "report_figures", None)
-    if fn is None:
-        return []
-    return [(title, (lambda f=f: f), caption) for title, f, caption in fn(doc)]
+    by_id = {c["id"]: c for c in doc["claims"]}
+    dev = doc["meta"]["device_label"]
+    specs = []
+    for cid, title, adapt, caption in _KEY_CHARTS:
+        c = by_id.get(cid)
+        if c is not None and c["verdict"] is not None:
+            specs.append((title, (lambda c=c, adapt=adapt: adapt(c, plots, dev)), caption))
+    return specs
 
 
 # --------------------------------------------------------------------------- HTML
@@ -407,6 +469,8 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             name = (f"<a href='{_e(n['html'])}'>{_e(n['name'])}</a>" if n.get("html") else _e(n["name"]))
             if n.get("ipynb"):
                 name += f" <a class='small' href='{_e(n['ipynb'])}'>(.ipynb)</a>"
+            if n.get("kernel_log"):
+                name += f" <a class='small' href='{_e(n['kernel_log'])}'>(kernel log)</a>"
             err = ""
             if n.get("error"):
                 er = n["error"]

@@ -84,17 +84,35 @@ def _check_out(out: Path) -> None:
                                   f"(claims.json / report.html); choose another --out")
 
 
+def _kernel_manager(log):
+    """A kernel manager class whose kernel process writes its own stdout/stderr (C++ warnings,
+    profiler chatter: not the cells' output, which the notebook keeps) to the open file ``log``."""
+    from jupyter_client import AsyncKernelManager
+
+    class LoggedKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stdout", log)
+            kw.setdefault("stderr", log)
+            return await super().start_kernel(**kw)
+
+    return LoggedKernelManager
+
+
 def _execute(src: Path, dst: Path, params: dict, cwd: Path, ledger: Path) -> "dict | None":
-    """Run one notebook with papermill into ``dst``; return None or the error record."""
+    """Run one notebook with papermill into ``dst`` (the kernel's own process output goes to
+    ``<dst>.kernel.log``, removed when empty); return None or the error record."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
+    log_path = dst.with_suffix(".kernel.log")
+    log = open(log_path, "wb")
     saved = {k: os.environ.get(k) for k in ("NOGRADLAB_LEDGER", "NOGRADLAB_NOTEBOOK")}
     os.environ["NOGRADLAB_LEDGER"] = str(ledger)
     os.environ["NOGRADLAB_NOTEBOOK"] = src.stem
     try:
         pm.execute_notebook(str(src), str(dst), parameters=params, kernel_name="python3", language="python",
                             cwd=str(cwd), progress_bar=False, log_output=False,
+                            kernel_manager_class=_kernel_manager(log),
                             extra_arguments=["--IPKernelApp.log_level=CRITICAL"])  # quiet kernel start
         return None
     except PapermillExecutionError as e:
@@ -105,6 +123,9 @@ def _execute(src: Path, dst: Path, params: dict, cwd: Path, ledger: Path) -> "di
         return {"cell": None, "execution_count": None, "ename": type(e).__name__, "evalue": str(e),
                 "source": "", "traceback": ""}
     finally:
+        log.close()
+        if log_path.stat().st_size == 0:
+            log_path.unlink()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -173,15 +194,17 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     ledger = work / "ledger.jsonl"
     params = {"device": str(dev), "scale": scale}
     records = [{"name": p.stem, "status": "not run", "seconds": 0.0, "ipynb": None, "html": None,
-                "claims": [], "error": None} for p in nbs]
+                "kernel_log": None, "claims": [], "error": None} for p in nbs]
 
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
     interrupted = False
+    current = records[0]
     bar = tqdm(total=len(nbs), desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
     try:
         for src, rec in zip(nbs, records):
+            current = rec
             bar.set_postfix_str(src.stem)
             dst = work / "notebooks" / src.name
             t = time.perf_counter()
@@ -189,6 +212,8 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
             rec["seconds"] = round(time.perf_counter() - t, 2)
             rec["status"] = "failed" if err else "ok"
             rec["error"] = err
+            if dst.with_suffix(".kernel.log").exists():
+                rec["kernel_log"] = f"notebooks/{dst.stem}.kernel.log"
             if dst.exists():
                 rec["ipynb"] = f"notebooks/{dst.name}"
                 try:
@@ -202,6 +227,9 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
             bar.update(1)
     except KeyboardInterrupt:
         interrupted = True
+        if current["status"] == "not run":
+            current.update(status="failed", error={"cell": None, "execution_count": None,
+                                                   "ename": "KeyboardInterrupt", "evalue": "interrupted"})
     finally:
         bar.close()
 

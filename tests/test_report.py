@@ -17,6 +17,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
 
+# C14's evidence in the shape its check writes, so the report draws its chart through nogradlab.plots
+GRID = [{"model_mode": m, "grad_mode": g, "max_abs_diff_vs_eval_grad": 0.5 * (m == "train"),
+         "requires_grad": g == "grad", "saved_bytes": 1024 * (g == "grad"), "bn_running_stats_updated": m == "train"}
+        for m in ("train", "eval") for g in ("grad", "no_grad")]
+
+
 def fake_results(skip=()):
     """One Result per claim, verdicts cycling through the four words (fake: nothing measured)."""
     info = device.describe("cpu")
@@ -24,8 +30,9 @@ def fake_results(skip=()):
     for i, c in enumerate(claims.all_claims()):
         if c.id in skip:
             continue
+        evidence = {"grid": GRID} if c.id == "C14" else {"value": i}
         out.append(claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary=f"fake summary {i} <b>",
-                                 evidence={"value": i, "rows": [{"a": 1}]}, figure=c.figure, section=c.section,
+                                 evidence=evidence, figure=c.figure, section=c.section,
                                  kind=c.kind, paraphrase=c.paraphrase, notebook=c.notebook, device=info,
                                  torch="fake", scale="tiny", seconds=0.01))
     return out
@@ -114,6 +121,18 @@ def test_report_is_self_contained(tmp_path):
     assert "fake summary 0 &lt;b&gt;" in page  # measured text is escaped
 
 
+def test_key_charts_come_from_plots_and_bad_evidence_does_not_break_the_report(capsys):
+    doc = fake_doc()
+    c20 = next(c for c in doc["claims"] if c["id"] == "C20")
+    c20["evidence"] = {"rows": [{"workload": "mlp"}]}  # not the shape the C20 chart needs
+    drawn = {title: (uri, caption) for title, uri, caption in report.charts(doc)}
+    grid = next(t for t in drawn if t.startswith("C14"))
+    assert drawn[grid][0].startswith("data:image/png;base64,")
+    bad = next(t for t in drawn if t.startswith("C20"))
+    assert drawn[bad][0] is None and "could not draw" in drawn[bad][1]
+    assert "not drawn" in capsys.readouterr().err
+
+
 def test_references_are_loaded_and_bad_ones_skipped(tmp_path, capsys):
     refs_dir, ref = fake_reference(tmp_path)
     (refs_dir / "broken").mkdir()
@@ -159,7 +178,8 @@ def test_report_in_headless_chromium(tmp_path):
             header = page.locator("#verdict-table thead").inner_text()
             assert "Fake GPU H999" in header and ref["meta"]["machine"] in header
             imgs = page.locator("img")
-            assert imgs.count() >= 1
+            assert imgs.count() >= 2  # the verdict overview and C14's grid (nogradlab.plots)
+            assert page.locator("img[alt^='C14']").count() == 1
             for i in range(imgs.count()):
                 img = imgs.nth(i)
                 img.scroll_into_view_if_needed()
