@@ -21,14 +21,16 @@ from . import workloads as _workloads
 __all__ = ["setup", "hardware_line", "SWEEP_KINDS"]
 
 # sweep parameter name -> what it must hold. Counts: positive integers (one or a list of them);
-# durations: positive numbers of seconds; workloads: names from nogradlab.workloads.
+# numbers: positive numbers (seconds, GiB); workloads: names from nogradlab.workloads.
+# Any of them may be None: the check's own default.
 SWEEP_KINDS = {
     "batch": "count", "batch_sizes": "count", "batches": "count",
-    "repeats": "count", "rounds": "count", "requests": "count", "steps": "count",
+    "repeats": "count", "rounds": "count", "requests": "count", "steps": "count", "runs": "count",
+    "n_batches": "count", "iterations": "count",
     "seq_lens": "count", "seq_len": "count",
-    "min_run_time": "duration",
+    "min_run_time": "number",
     "workloads": "workload", "workload": "workload",
-    "budgets_gib": "duration",
+    "budget_gib": "number", "budgets_gib": "number",
 }
 
 
@@ -41,6 +43,8 @@ def _check_sweep(name: str, value):
     if kind is None:
         raise ValueError(f"unknown notebook parameter {name!r}; allowed: device, scale, seed, "
                          f"{', '.join(SWEEP_KINDS)}")
+    if value is None:  # None: the check's own default
+        return value
     values = _as_list(value)
     if not values:
         raise ValueError(f"{name} must not be empty")
@@ -48,7 +52,7 @@ def _check_sweep(name: str, value):
         if kind == "count":
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
                 raise ValueError(f"{name} must be positive integers (1, 2, ...), got {value!r}")
-        elif kind == "duration":
+        elif kind == "number":
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
                 raise ValueError(f"{name} must be positive numbers, got {value!r}")
         elif v not in _workloads.names():

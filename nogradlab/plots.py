@@ -3,12 +3,14 @@
 leaks between cells). Titles name the hardware and the scale the data came from.
 
 * ``memory_vs_batch``: peak memory against batch size, one line per gradient mode;
+* ``saving_vs_length``: the fraction of memory saved against sequence length;
 * ``article_table``: the article's table (claim C20) as a chart, its bands shaded beside our values;
 * ``timeline``: live memory across one forward pass, one curve per mode;
 * ``eval_grid``: the 2x2 grid train/eval x grad/no_grad (claim C14);
 * ``largest_batch``: the largest batch that fits each memory budget, per mode.
 
-``memory_sweep`` gathers the data for ``memory_vs_batch`` from :func:`nogradlab.memory.estimate`.
+The data come from the claim checks' evidence or from the package's sweeps, e.g.
+``nogradlab.claims.numbers.estimate_sweep`` for ``memory_vs_batch``.
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from matplotlib.figure import Figure
 
 from . import memory as _memory
 
-__all__ = ["memory_sweep", "memory_vs_batch", "article_table", "timeline", "eval_grid",
-           "largest_batch", "MODE_COLOURS"]
+__all__ = ["memory_vs_batch", "saving_vs_length", "article_table", "timeline",
+           "eval_grid", "largest_batch", "MODE_COLOURS"]
 
 MODE_COLOURS = {"grad": "#cf222e", "train": "#8250df", "no_grad": "#0969da",
                 "eval+no_grad": "#0969da", "inference_mode": "#1a7f37", "eval": "#9a6700"}
@@ -41,51 +43,61 @@ def _rows(data) -> list:
     return list(data)
 
 
-def memory_sweep(workload: str, batch_sizes, modes=("grad", "no_grad", "inference_mode"),
-                 device="cpu", scale: str = "tiny", train: bool = False) -> list:
-    """Peak memory of one forward pass of ``workload`` per batch size and mode, estimated exactly
-    with fake tensors (:func:`nogradlab.memory.estimate`: nothing is allocated, so any device and
-    scale works). With ``train=True`` a full training step is added as mode ``"train"``.
-
-    Returns rows ``{"workload", "mode", "batch", "peak_bytes", "total_bytes", "saved_bytes"}``
-    where ``total_bytes`` includes weights and inputs (what the device must hold at the peak).
-    """
-    rows = []
-    for batch in batch_sizes:
-        steps = [(m, dict(step="forward", mode=m)) for m in modes]
-        if train:
-            steps.append(("train", dict(step="train")))
-        for name, kw in steps:
-            r = _memory.estimate(workload, batch, device=device, scale=scale, **kw)
-            rows.append({"workload": workload, "mode": name, "batch": batch, "peak_bytes": r.peak_bytes,
-                         "total_bytes": r.total_peak_bytes, "saved_bytes": r.saved_bytes})
-    return rows
-
-
 def memory_vs_batch(rows, *, device: str, scale: "str | None" = None, value: str = "total_bytes",
                     title: str = "Peak memory of one step") -> Figure:
-    """Lines of ``value`` (bytes, shown in MiB) against batch size, one per mode.
+    """Lines of ``value`` (bytes, shown in MiB) against batch size, one per mode, one panel per
+    workload.
 
-    ``rows``: dicts (or a DataFrame) with ``mode``, ``batch`` and ``value`` keys, e.g. from
-    :func:`memory_sweep`.
+    ``rows``: dicts (or a DataFrame) with ``mode`` (or ``setting``), ``batch``, ``value`` and
+    optionally ``workload`` keys, e.g. from ``nogradlab.claims.numbers.estimate_sweep`` with
+    ``value="total_peak_bytes"``.
     """
-    rows = _rows(rows)
+    rows = [{"mode": r.get("setting"), **r} if "mode" not in r else r for r in _rows(rows)]
     if not rows:
         raise ValueError("memory_vs_batch needs at least one row")
+    names = list(dict.fromkeys(r.get("workload", "") for r in rows))
+    fig = Figure(figsize=(1.0 + 4.2 * len(names), 4))
+    axes = fig.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names):
+        mine = [r for r in rows if r.get("workload", "") == name]
+        for i, mode in enumerate(dict.fromkeys(r["mode"] for r in mine)):
+            pts = sorted((r["batch"], r[value] / _MIB) for r in mine if r["mode"] == mode)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode,
+                    color=_colour(mode, i), ls=_STYLES[i % len(_STYLES)])  # styles: coinciding lines stay visible
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("MiB")
+    fig.suptitle(_title(title, device, scale), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def saving_vs_length(series: dict, *, device: str, scale: "str | None" = None, x: str = "seq_len",
+                     y: str = "memory_saved", threshold: "float | None" = None,
+                     threshold_label: str = "the article's mark") -> Figure:
+    """Lines of a saved fraction (``y``, shown in %) against ``x`` (a sequence length), one per
+    series; ``threshold`` (a fraction) is drawn as a dashed line.
+
+    ``series``: ``{label: [{x: ..., y: ...}, ...]}``.
+    """
+    if not series:
+        raise ValueError("saving_vs_length needs at least one series")
     fig = Figure(figsize=(6.4, 4))
     ax = fig.add_subplot()
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
-    for i, mode in enumerate(modes):
-        pts = sorted((r["batch"], r[value] / _MIB) for r in rows if r["mode"] == mode)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode, color=_colour(mode, i),
-                ls=_STYLES[i % len(_STYLES)])  # styles keep coinciding lines visible
+    for i, (label, pts) in enumerate(series.items()):
+        pts = sorted((p[x], 100 * p[y]) for p in _rows(pts))
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=f"C{i}")
+    if threshold is not None:
+        ax.axhline(100 * threshold, color="#57606a", ls="--", label=threshold_label)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("MiB")
-    workload = rows[0].get("workload", "")
-    ax.set_title(_title(f"{title}: {workload}".rstrip(": "), device, scale), fontsize=10)
+    ax.set_xlabel(x.replace("_", " "))
+    ax.set_ylabel(f"{y.replace('_', ' ')} (%)")
+    ax.set_title(_title("Memory saved by no_grad against sequence length", device, scale), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -118,6 +130,10 @@ def article_table(rows, *, device: str, scale: "str | None" = None) -> Figure:
                         err = [[max(r["measured"] - lo, 0)], [max(hi - r["measured"], 0)]]
                     ax.errorbar([r["measured"]], [y], xerr=err, fmt="o", color="#0969da",
                                 capsize=3, label="measured here" if y == 0 else None)
+        mine = [r for r in rows if r["quantity"] == q]
+        top = max([abs(r.get("ci_high") or r.get("measured") or 0) for r in mine] + [0])
+        if top > 10 * max(abs(r.get("high") or 0) for r in mine):  # far off the band: keep both readable
+            ax.set_xscale("symlog", linthresh=max(abs(r.get("high") or 1) for r in mine))
         ax.set_title(q, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(workloads)), workloads)
@@ -217,7 +233,8 @@ def _fmt(key: str, v) -> str:
 def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Figure:
     """Grouped bars: the largest batch that fits each budget, one bar per mode.
 
-    ``data``: ``{budget_label: {mode: batch}}``, e.g. ``{"12 GiB": {"train": 96, "no_grad": 410}}``.
+    ``data``: ``{label: {mode: batch}}``, e.g. ``{"12 GiB": {"train": 96, "no_grad": 410}}``; the
+    y axis turns logarithmic when the batches span more than a factor of 50.
     """
     if not data:
         raise ValueError("largest_batch needs at least one budget")
@@ -231,7 +248,10 @@ def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Fig
         ys = [data[b].get(mode) or 0 for b in budgets]
         bars = ax.bar(xs, ys, width, label=mode, color=_colour(mode, i))
         ax.bar_label(bars, labels=[str(y) for y in ys], fontsize=8)
-    ax.set_xticks(range(len(budgets)), budgets)
+    values = [v for b in budgets for v in data[b].values() if v]
+    if values and max(values) > 50 * min(values):  # workloads of very different sizes side by side
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(budgets)), budgets, fontsize=8)
     ax.set_xlabel("memory budget")
     ax.set_ylabel("largest batch that fits")
     ax.set_title(_title("Largest batch per memory budget", device, scale), fontsize=10)

@@ -264,16 +264,32 @@ hits both alike; the speedup comes with a bootstrap confidence interval. On a sh
 is wide: read the interval, not the point.
 """),
         check("C03"),
+        code("""
+import pandas as pd
+
+pd.DataFrame(r_c03.evidence["rows"])[["workload", "batch", "grad_ms", "no_grad_ms", "time_saved", "time_saved_ci",
+                                      "noisy"]]
+"""),
         claim_md("C04", """
-Bigger batches fit because the activations kept for backward are gone. Below, the peak memory of one
-step per batch size (exact, from fake tensors: nothing is allocated), then the check.
+Bigger batches fit when less is kept alive. First the peak memory of one step per batch size for a
+training step, a forward with grad and a forward under `no_grad` (exact, from fake tensors: nothing is
+allocated); then the check, which searches the largest batch that fits GPU-sized budgets.
 """),
         code("""
-rows = plots.memory_sweep("resnet50", batch_sizes, modes=("grad", "no_grad", "inference_mode"),
-                          device=device, scale=scale, train=True)
-plots.memory_vs_batch(rows, device=device, scale=scale)
+from nogradlab.claims.numbers import estimate_sweep
+
+rows = estimate_sweep("resnet50", batch_sizes, ("train", "eval+grad", "eval+no_grad"), device=device, scale=scale)
+plots.memory_vs_batch(rows, device=device, scale=scale, value="total_peak_bytes")
 """),
         check("C04"),
+        code("""
+ev = r_c04.evidence
+assert all(c["eval+no_grad"] >= c["grad"] for c in ev["conditions"])  # never a smaller batch under no_grad
+gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # the GPU-sized budgets, full-size models
+where = device if gpu[0]["method"] == "search" else "virtual CUDA device (estimates)"
+plots.largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
+                    device=where, scale="full")
+"""),
     ]
 
 
@@ -283,7 +299,7 @@ def nb_02():
 Section 2 of the article explains where the saving comes from: operators still run, but autograd stops
 keeping their inputs and intermediate results for a later backward pass. It then sizes the effect on a
 GPU, dates the idiom, and quotes a usage statistic. Each part is checked here.
-""", "budget_gib = 12  # the article's GPU size, for the budget explorer", "budgets_gib=budget_gib") + [
+""", "budget_gib = 12  # the article's GPU size, for the budget explorer", "budget_gib=budget_gib") + [
         claim_md("C07", """
 The check runs the same forward twice, measuring every storage autograd saves for backward, and
 compares the outputs.
@@ -295,17 +311,29 @@ assert ev["max_abs_output_diff"] == 0  # the operators ran and computed the same
 assert ev["reports"]["grad"]["saved_bytes"] > 0 and ev["reports"]["no_grad"]["saved_bytes"] == 0
 """),
         claim_md("C08", """
-Training memory has four parts: parameters, their gradients, the optimizer's state and the activations
+Training memory is made of the parameters, their gradients, the optimizer's state and the activations
 saved for backward. Which one dominates depends on the model and the batch size; the check measures
 each part per workload.
 """),
         check("C08"),
+        code("""
+import pandas as pd
+
+parts = pd.DataFrame(r_c08.evidence["rows"])
+parts[["workload", "batch", "activation_bytes", "params_grads_optimizer_bytes", "activation_share_of_peak",
+       "activations_exceed_the_rest"]]
+"""),
         claim_md("C09", """
-The article's figure is for a GPU with a 12 GB memory. The check finds the largest batch that fits a
-12 GiB budget for a full training step and for an eval-mode `no_grad` forward (on a GPU by real
+The article's figure is for a GPU with 12 GB of memory. The check finds the largest batch that fits a
+budget of that size for a full training step and for an eval-mode `no_grad` forward (on a GPU by real
 allocation, anywhere else exactly from fake tensors) and reports their ratio.
 """),
         check("C09"),
+        code("""
+ev = r_c09.evidence
+plots.largest_batch({f"{ev['budget_bytes'] / 2**30:g} GiB": ev["batches"]},
+                    device=device if ev["method"] == "search" else "virtual CUDA device (estimates)", scale="full")
+"""),
         md("""
 ### Try other budgets
 
@@ -315,7 +343,9 @@ estimates, so no GPU is needed). In a live notebook it shows a slider; headless 
         code("""
 from nogradlab import widgets
 
-widgets.budget_explorer("resnet50", scale=scale, device="cuda", budget_gib=budget_gib)
+# full-size models: a GPU budget only means something at the article's sizes (estimates need no GPU)
+widgets.budget_explorer("resnet50", scale="full", device="cuda", budget_gib=budget_gib,
+                        modes=("train", "grad", "eval+no_grad"))
 """),
         claim_md("C10", "A historical claim: nothing to measure, but the check cites the sources and shows "
                  "what this torch does with the old `volatile` flag that `no_grad` replaced."),
@@ -383,7 +413,12 @@ print(scoped)
 The article cites an unnamed survey for this. The mechanism can be tested: the same validation loop
 timed with one scope around the whole loop, one scope per batch, and redundantly nested scopes.
 """),
-        check("C13", "repeats=repeats"),
+        check("C13"),
+        code("""
+ev = r_c13.evidence
+assert ev["same_accuracy"]  # the scope changes the time, never the result
+ev["correct"]
+"""),
         claim_md("X03", """
 A validation loop that sums losses as tensors (`total += loss`) keeps every iteration's graph alive
 when grad is on. The check measures what stays allocated after a few iterations.
@@ -418,7 +453,7 @@ def nb_04():
 Section 4 of the article separates two switches that are often confused: `model.eval()` changes what
 some layers compute (dropout, batch normalisation), `no_grad` changes what autograd records. It then
 quotes a benchmark for each. The grid below shows the two switches are independent.
-""", "repeats = 5", "repeats=repeats") + [
+""", "runs = 20  # repeated evaluations for the spread of the metric (C16)", "runs=runs") + [
         claim_md("C14", """
 A small network with `Dropout` and `BatchNorm`, run in all four combinations of train/eval and
 grad/no_grad on the same input (same dropout mask).
@@ -451,11 +486,22 @@ The article quotes a benchmark without a source. The mechanism behind it: in tra
 every evaluation random, in eval mode it does not. The check measures the spread of a metric over
 repeated evaluations in both modes.
 """),
-        check("C16", "repeats=repeats"),
+        check("C16", "runs=runs"),
+        code("""
+ev = r_c16.evidence
+assert ev["std"]["eval"] == 0  # eval mode: dropout is off, every run gives the same metric
+assert ev["train_no_grad_identical_to_train"]  # no_grad does not touch dropout
+ev["std"]
+"""),
         claim_md("C17", """
 A validation loop timed eval-only and eval + `no_grad`, and the metric compared between the two.
 """),
-        check("C17", "repeats=repeats"),
+        check("C17"),
+        code("""
+ev = r_c17.evidence
+assert ev["same_predictions"] and ev["accuracy"]["eval"] == ev["accuracy"]["eval+no_grad"]
+ev["accuracy"]
+"""),
     ]
 
 
@@ -465,19 +511,47 @@ def nb_05():
 Section 5 of the article is where its numbers are: a range of memory savings for feed-forward nets, a
 trend for transformers, and a table of model classes measured on a GPU (the article's setting: a GPU
 with 16 GB). Each figure is measured here beside the article's.
-""", "batch_sizes = [1, 2, 4]", "batch_sizes=batch_sizes") + [
-        claim_md("C18", "Peak memory with grad vs under `no_grad`, over a sweep of batch sizes."),
-        check("C18", "batch_sizes=batch_sizes"),
-        claim_md("C19", "The saving per token against the sequence length, on the transformer workload."),
-        check("C19"),
-        claim_md("C21", "Read off the same kind of sequence-length sweep: where does the saving pass the article's mark?"),
-        check("C21"),
+""", "batch_sizes = None  # None: each workload's own sweep (C18)\nseq_lens = None  # None: the checks' own lengths (C19, C21)",
+                "batch_sizes=batch_sizes, seq_lens=seq_lens") + [
+        claim_md("C18", """
+Peak memory of a forward pass with grad vs under `no_grad` (eval mode in both), over a sweep of batch
+sizes: measured on the models at this run's scale, and estimated exactly at the article's sizes. The
+peak includes the weights and the input, which are there in both modes.
+"""),
+        check("C18", "batches=batch_sizes"),
+        code("""
+measured = [{"workload": r["workload"], "batch": r["batch"], "mode": mode, "total_bytes": r[f"{mode}_total_bytes"]}
+            for r in r_c18.evidence["measured"] for mode in ("grad", "no_grad")]
+plots.memory_vs_batch(measured, device=device, scale=scale, title="Peak memory of one forward pass (measured)")
+"""),
+        claim_md("C19", "The saving against the sequence length, on the transformer workload."),
+        check("C19", "seq_lens=seq_lens"),
+        claim_md("C21", "Read off the same sweep: from which length on does the saving pass the article's mark?"),
+        check("C21", "seq_lens=seq_lens"),
+        code("""
+plots.saving_vs_length(r_c21.evidence["series"], device=device, scale=scale, threshold=0.40,
+                       threshold_label="the article's mark (40 %)")
+"""),
         claim_md("C20", """
 Every cell of the table is measured: memory saved, speed gained and the batch-size factor, training
-step vs eval + `no_grad` forward. Note that the table's third row calls the U-Net a recurrent CNN; a
-U-Net has no recurrence (it is a convolutional encoder-decoder with skip connections).
+step vs eval + `no_grad` forward. Memory and batch factor are exact estimates at the article's model
+sizes on a GPU of the article's size; speed is timed on this run's device and scale. Note that the
+table's third row calls the U-Net a recurrent CNN; a U-Net has no recurrence (it is a convolutional
+encoder-decoder with skip connections).
 """),
         check("C20"),
+        code("""
+table = []
+for r in r_c20.evidence["rows"]:
+    table.append(dict(workload=r["workload"], quantity="memory saved (%)", measured=100 * r["memory_saved"],
+                      low=100 * r["memory_band"][0], high=100 * r["memory_band"][1]))
+    table.append(dict(workload=r["workload"], quantity="speed gained (%)", measured=100 * r["speed_gain"],
+                      ci_low=100 * r["speed_gain_ci"][0], ci_high=100 * r["speed_gain_ci"][1],
+                      low=100 * r["speed_band"][0], high=100 * r["speed_band"][1]))
+    table.append(dict(workload=r["workload"], quantity="batch factor (x)", measured=r["batch_factor"],
+                      low=r["batch_band"][0], high=r["batch_band"][1]))
+plots.article_table(table, device=device, scale=scale)
+"""),
         md("""
 ### Explore one workload
 
@@ -541,6 +615,12 @@ Measured with `torch.profiler`: the share of time in autograd bookkeeping with a
 and the operator counts.
 """),
         check("C23"),
+        code("""
+import pandas as pd
+
+pd.DataFrame({(name, mode): {k: v for k, v in prof.items() if k in ("ops", "self_cpu_us", "autograd_share")}
+              for name, runs in r_c23.evidence["profiles"].items() for mode, prof in runs.items()})
+"""),
         claim_md("C24", """
 The article spells it `torch.cuda.amp.autocast()`. The check runs that spelling and the current one,
 `torch.autocast(device_type=...)`, inside `no_grad`, on the CPU (bfloat16) and on CUDA when present.
@@ -574,12 +654,21 @@ def nb_07():
 Section 7 of the article turns to serving. Its statistics have no source, but the mechanism behind
 them can be exercised: a real HTTP server (Tornado, which Jupyter already ships) on this machine,
 answering a bounded number of requests with and without `no_grad`.
-""", "requests = 20", "requests=requests") + [
+""", "requests = 8  # requests per server variant (C25)", "requests=requests") + [
         claim_md("C25", """
 The check starts a server on the loopback interface, sends it requests, and measures the memory each
 request leaves behind, with the handler in `no_grad` and without, and when handler outputs are kept.
 """),
         check("C25", "requests=requests"),
+        code("""
+import pandas as pd
+
+ev = r_c25.evidence
+assert ev["summaries"]["no_grad"]["saved_bytes_per_request"] == 0
+assert ev["summaries"]["grad"]["saved_bytes_per_request"] > 0
+pd.DataFrame(ev["summaries"]).T[["requests", "saved_bytes_per_request", "retained_bytes_per_request",
+                                 "held_bytes_after_last", "held_growth_per_request"]]
+"""),
         claim_md("C26", """
 Putting `no_grad` around the whole handler is sound advice, with one gap: grad mode is per thread, so a
 handler that hands the model call to a thread pool must set the mode inside the worker.
@@ -591,6 +680,17 @@ assert h["handler wrapped in no_grad, model called inline"]["requires_grad"] is 
 assert h["handler wrapped in no_grad, worker enters no_grad itself"]["requires_grad"] is False
 print("model call in a pool worker tracked:",
       h["handler wrapped in no_grad, model call submitted to a thread pool"]["requires_grad"])
+"""),
+        md("""
+The same gap on the real server: its handler is under `no_grad`, but hands the model call to a worker
+thread, once as is and once with the worker entering `no_grad` itself.
+"""),
+        code("""
+from nogradlab import serving
+
+pool = serving.compare(("thread_pool", "thread_pool_fixed"), n=2, scale=scale, device=device)
+pd.DataFrame({v: r.summary() for v, r in pool.items()}).T[["outputs_requiring_grad", "saved_bytes_per_request",
+                                                            "model_threads"]]
 """),
         claim_md("X02", """
 The general rule behind the previous check: a thread does not inherit the grad mode of the thread
@@ -669,6 +769,11 @@ Mixed precision, the channels-last memory layout and `torch.compile`, measured o
 as `no_grad` and ranked beside it.
 """),
         check("X05"),
+        code("""
+import pandas as pd
+
+pd.DataFrame({r["workload"]: r["speedup"] for r in r_x05.evidence["rows"]}).round(2)
+"""),
     ]
 
 

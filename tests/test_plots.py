@@ -21,19 +21,22 @@ def _texts(fig: Figure) -> str:
     return "\n".join(parts)
 
 
-def test_memory_sweep_and_lines():
-    rows = plots.memory_sweep("mlp", [1, 4], modes=("grad", "no_grad"), device="cpu", scale="tiny", train=True)
-    assert {(r["mode"], r["batch"]) for r in rows} == {(m, b) for m in ("grad", "no_grad", "train") for b in (1, 4)}
-    by = {(r["mode"], r["batch"]): r for r in rows}
-    assert by[("grad", 4)]["saved_bytes"] > 0 and by[("no_grad", 4)]["saved_bytes"] == 0
-    assert by[("train", 4)]["total_bytes"] > by[("no_grad", 4)]["total_bytes"]
-    fig = plots.memory_vs_batch(rows, device="cpu (test)", scale="tiny")
+def test_memory_vs_batch_from_an_estimate_sweep():
+    from nogradlab.claims.numbers import estimate_sweep
+
+    rows = estimate_sweep("mlp", [1, 4], ("train", "eval+grad", "eval+no_grad"), device="cpu", scale="tiny")
+    fig = plots.memory_vs_batch(rows, device="cpu (test)", scale="tiny", value="total_peak_bytes")
     text = _texts(fig)
     assert "cpu (test), scale tiny" in text and "mlp" in text
     lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
-    assert set(lines) == {"grad", "no_grad", "train"}
-    assert list(lines["grad"].get_xdata()) == [1, 4]
-    assert lines["grad"].get_ydata()[1] == pytest.approx(by[("grad", 4)]["total_bytes"] / 2**20)
+    assert set(lines) == {"train", "eval+grad", "eval+no_grad"}
+    assert list(lines["train"].get_xdata()) == [1, 4]
+    by = {(r["setting"], r["batch"]): r["total_peak_bytes"] for r in rows}
+    assert lines["train"].get_ydata()[1] == pytest.approx(by[("train", 4)] / 2**20)
+    assert lines["train"].get_ydata()[1] > lines["eval+no_grad"].get_ydata()[1]
+    two = plots.memory_vs_batch(rows + [{**r, "workload": "other"} for r in rows], device="cpu",
+                                value="total_peak_bytes")
+    assert [ax.get_title() for ax in two.axes] == ["mlp", "other"]
 
 
 def test_article_table_draws_bands_and_values():
@@ -70,6 +73,15 @@ def test_timeline_from_reports():
         plots.timeline({"grad": memory.measure(lambda: net(x), "cpu")}, device="cpu")
 
 
+def test_saving_vs_length():
+    series = {"measured": [{"seq_len": 64, "memory_saved": 0.5}, {"seq_len": 32, "memory_saved": 0.25}]}
+    fig = plots.saving_vs_length(series, device="cpu", scale="tiny", threshold=0.4)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    assert list(lines["measured"].get_xdata()) == [32, 64]
+    assert list(lines["measured"].get_ydata()) == [25.0, 50.0]
+    assert list(lines["the article's mark"].get_ydata()) == [40.0, 40.0]
+
+
 def test_eval_grid_needs_four_cells():
     cell = {"saved_bytes": 2048, "requires_grad": True}
     cells = {"train+grad": cell, "train+no_grad": {"saved_bytes": 0}, "eval+grad": cell,
@@ -86,11 +98,15 @@ def test_largest_batch_bars():
                               device="cuda (virtual)", scale="full")
     heights = sorted(int(p.get_height()) for p in fig.axes[0].patches)
     assert heights == [0, 90, 120, 400]
+    assert fig.axes[0].get_yscale() == "linear"
+    wide = plots.largest_batch({"mlp 12 GiB": {"train": 90000}, "unet 12 GiB": {"train": 12}}, device="cpu")
+    assert wide.axes[0].get_yscale() == "log"
     assert "cuda (virtual), scale full" in _texts(fig)
 
 
 @pytest.mark.parametrize("fn, arg", [(plots.memory_vs_batch, []), (plots.article_table, []),
-                                     (plots.timeline, {}), (plots.largest_batch, {})])
+                                     (plots.timeline, {}), (plots.largest_batch, {}),
+                                     (plots.saving_vs_length, {})])
 def test_empty_data_refused(fn, arg):
     with pytest.raises(ValueError, match="at least one"):
         fn(arg, device="cpu")
