@@ -166,25 +166,23 @@ def _check_positive_int(v, name):
     return int(v)
 
 
-def _guess(probe, budget: int, max_batch: int, rounds: int = 3) -> int:
-    """A starting batch for the search: the secant through the bytes of batches 1 and 2, refined
-    up to ``rounds`` times through the last two measured batches (memory is close to affine in the
-    batch, but at small batches a training step peaks at the optimizer step instead: the
-    refinements fix that). Every probe it makes is one of the search's trials."""
+def _guess(probe, budget: int, max_batch: int, second: int = 2, rounds: int = 3) -> int:
+    """A starting batch for the search: the secant through the bytes of batch 1 and ``second``
+    (2, or a hint near the answer), refined up to ``rounds`` times through the last two measured
+    batches (memory is close to affine in the batch, but at small batches a training step peaks at
+    the optimizer step instead: the refinements fix that). Every probe is one of the trials."""
     ok, n0 = probe(1)
     if not ok or max_batch == 1:
         return 1
-    b0, (ok, n1) = 1, probe(2)
-    if not ok:
-        return 1
-    b1 = 2
+    b0, b1 = 1, min(max(int(second), 2), max_batch)
+    _, n1 = probe(b1)
     for _ in range(rounds):
         if n0 is None or n1 is None or b1 == b0 or (n1 - n0) * (b1 - b0) <= 0:
             break  # an OOM (no bytes) or memory that does not grow: search from here
         g = int(min(max(b1 + (budget - n1) * (b1 - b0) // (n1 - n0), 1), max_batch))
         if g == b1:
             break
-        ok, n = probe(g)
+        _, n = probe(g)
         b0, n0, b1, n1 = b1, n1, g, n
     return b1
 
@@ -353,23 +351,23 @@ def _recorded(probe, on_trial=None):
     return wrapped
 
 
-def _find(probe, budget: int, max_batch: int, start) -> int:
+def _find(probe, budget: int, max_batch: int, start, hint=None) -> int:
     """The search over ``probe(batch) -> (fits, bytes)``, from ``start`` or (``"auto"``) from the
-    linear guess through batches 1 and 2."""
+    secant guess through batch 1 and ``hint`` (default 2)."""
     if start == "auto":
-        start = _guess(probe, budget, max_batch)
+        start = _guess(probe, budget, max_batch, hint or 2)
     found, _ = search(lambda b: probe(b)[0], max_batch=max_batch, start=start)
     return found
 
 
 def search_on_cuda(run, budget_bytes: int, device, *, max_batch: int = 65536, start=1,
-                   reset=None, on_trial=None) -> int:
+                   reset=None, on_trial=None, hint=None) -> int:
     """Largest batch for which ``run(batch)`` completes under a cap of ``budget_bytes`` on
     ``device``. ``run`` returns the bytes it peaked at, or raises ``torch.cuda.OutOfMemoryError``;
     ``reset()`` runs after every attempt; ``on_trial(batch, fits, bytes)`` sees each trial."""
     probe = _recorded(_oom_guarded(run, reset), on_trial)
     with frozen_gc(), memory_cap(budget_bytes, device):
-        return _find(probe, budget_bytes, max_batch, start)
+        return _find(probe, budget_bytes, max_batch, start, hint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -415,15 +413,19 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
 
 def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, scale: str = "full",
                   method: str = "auto", max_batch: int = 65536, progress: bool = False,
-                  start="auto") -> BatchResult:
+                  start="auto", hint: "int | None" = None) -> BatchResult:
     """The largest batch of ``workload`` (at ``scale``) whose step in ``mode`` fits in
     ``budget_bytes`` on ``device`` (see the module docstring for modes and methods).
 
     ``start``: ``"auto"`` (a secant guess from batches 1 and 2, refined) or the batch the search
-    starts from (1: plain doubling). ``progress`` shows a bar of trials.
+    starts from (1: plain doubling). ``hint``: with ``"auto"``, a batch believed near the answer
+    (another mode's, say), used instead of batch 2 for the guess. The answer is exact either way;
+    these only change the number of trials. ``progress`` shows a bar of trials.
     """
     wl, dev, virtual, method = _validate(workload, mode, budget_bytes, device, scale, method,
                                          max_batch, start)
+    if hint is not None:
+        _check_positive_int(hint, "hint")
     budget_bytes = int(budget_bytes)
     t0 = time.perf_counter()
     trials, notes = [], []
@@ -452,10 +454,11 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                     notes.extend(x for x in est_notes if x not in notes)
                     return n <= budget_bytes, n
 
-                result.batch = _find(_recorded(estimated, record), budget_bytes, max_batch, start)
+                result.batch = _find(_recorded(estimated, record), budget_bytes, max_batch, start,
+                                     hint)
             else:
                 result.batch = _search_real(wl, mode, torch.device(dev), budget_bytes, max_batch,
-                                            start, record, result)
+                                            start, record, result, hint)
     finally:
         if bar is not None:
             bar.close()
@@ -465,7 +468,7 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     return result
 
 
-def _search_real(wl, mode, dev, budget, max_batch, start, record, result) -> int:
+def _search_real(wl, mode, dev, budget, max_batch, start, record, result, hint=None) -> int:
     """Real runs under a cap; records allocated bytes before and after (model build included)."""
     _device.synchronize(dev)
     result.allocated_before = torch.cuda.memory_allocated(dev)
@@ -476,7 +479,7 @@ def _search_real(wl, mode, dev, budget, max_batch, start, record, result) -> int
     try:
         run, reset, model = _real_runner(wl, mode, dev)
         return search_on_cuda(run, budget, dev, max_batch=max_batch, start=start, reset=reset,
-                              on_trial=record)
+                              on_trial=record, hint=hint)
     finally:
         del run, reset, model
         gc.collect()

@@ -81,6 +81,10 @@ def test_guessed_start_agrees_with_plain_doubling():
     b = batch.largest_batch("mlp", "train", budget, "cpu", scale="tiny", start=1)
     assert a.batch == b.batch > 0
     assert len(b.trials) <= batch.max_trials(b.batch)
+    for hint in (1, a.batch, a.batch + 1, 3 * a.batch):  # a hint changes the trials, not the answer
+        assert batch.largest_batch("mlp", "train", budget, "cpu", scale="tiny", hint=hint).batch == a.batch
+    with pytest.raises(ValueError, match="hint"):
+        batch.largest_batch("mlp", "train", budget, "cpu", scale="tiny", hint=0)
 
 
 def test_estimate_on_virtual_cuda_rounds_blocks():

@@ -15,9 +15,9 @@ Covered: C04 C09 C25.
 * **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
-At ``scale="tiny"`` on a CPU the three checks take about 8, 10 and 1 s on two busy cores (the
-estimates of full-size models cost ~0.3-1 s each, whatever the scale). ``ctx.params`` knobs are
-named in each docstring.
+At ``scale="tiny"`` on a CPU, C04 takes about 5 s, C09 about 5 s (one more in a fresh process) and
+C25 about 2 s on two busy cores: an estimate of a full-size model costs ~0.3-1 s whatever the scale,
+and a search needs 3 to 5 of them. ``ctx.params`` knobs are named in each docstring.
 """
 from __future__ import annotations
 
@@ -47,6 +47,20 @@ def _row(r: _batch.BatchResult) -> dict:
             "bytes_at_batch": r.bytes_at(r.batch), "seconds": r.seconds, "notes": r.notes,
             "at_limit": r.at_limit, "allocated_before": r.allocated_before,
             "allocated_after": r.allocated_after}
+
+
+def _searches(name: str, budget: int, dev, method: str, scale: str = "full", **kw) -> dict:
+    """``{mode: BatchResult}`` for ``_MODES``. The training step's search takes the grad forward's
+    answer as its hint (a training step keeps about what a grad forward keeps, while its guess from
+    batches 1 and 2 is poor: there it peaks at the optimizer step). The answers are exact anyway;
+    the hint saves trials."""
+    grad = _batch.largest_batch(name, "grad", budget, dev, scale=scale, method=method, **kw)
+    hint = grad.batch if grad.batch > 1 else None
+    return {"train": _batch.largest_batch(name, "train", budget, dev, scale=scale, method=method,
+                                          hint=hint, **kw),
+            "grad": grad,
+            "eval+no_grad": _batch.largest_batch(name, "eval+no_grad", budget, dev, scale=scale,
+                                                 method=method, **kw)}
 
 
 def _ratio(a: int, b: int) -> "float | None":
@@ -91,19 +105,16 @@ def c04(ctx):
     rows, conditions = [], []
     for name in names:
         for gib in budgets:
-            res = {m: _batch.largest_batch(name, m, int(gib * GiB), dev, scale="full", method=method,
-                                           max_batch=2 ** 22) for m in _MODES}
+            res = _searches(name, int(gib * GiB), dev, method, max_batch=2 ** 22)
             rows += [_row(r) for r in res.values()]
             if also_estimate:
-                rows += [_row(_batch.largest_batch(name, m, int(gib * GiB), dev, scale="full",
-                                                   method="estimate", max_batch=2 ** 22))
-                         for m in _MODES]
+                est = _searches(name, int(gib * GiB), dev, "estimate", max_batch=2 ** 22)
+                rows += [_row(r) for r in est.values()]
             conditions.append(_condition(name, int(gib * GiB), res, method=method, scale="full"))
 
     # the CPU's own answer at tiny scale: estimated, then checked with real storage-tracked runs
-    cpu, res = {}, {}
-    for m in _MODES:
-        r = res[m] = _batch.largest_batch(cpu_name, m, cpu_budget, "cpu", scale="tiny", method="estimate")
+    cpu, res = {}, _searches(cpu_name, cpu_budget, "cpu", "estimate", scale="tiny")
+    for m, r in res.items():
         fit = _batch.measured_bytes(cpu_name, m, r.batch, "cpu", scale="tiny") if r.batch else None
         over = _batch.measured_bytes(cpu_name, m, r.batch + 1, "cpu", scale="tiny")
         cpu[m] = {"batch": r.batch, "real_total_at_batch": fit, "real_total_at_batch_plus_1": over,
@@ -156,8 +167,7 @@ def c09(ctx):
     if gib <= 0:
         raise ValueError(f"budget_gib must be positive, got {gib!r}")
     dev, method = _method(ctx)
-    res = {m: _batch.largest_batch(name, m, int(gib * GiB), dev, scale="full", method=method)
-           for m in _MODES}
+    res = _searches(name, int(gib * GiB), dev, method)
     b = {m: r.batch for m, r in res.items()}
     vs_train = _ratio(b["eval+no_grad"], b["train"])
     vs_grad = _ratio(b["eval+no_grad"], b["grad"])
