@@ -103,21 +103,23 @@ def probes(dev, names, scale) -> list:
 
 def oom_leak(dev) -> dict:
     """A ResNet-50 training step at batch 256 under a 1 GiB cap, through the search's OOM guard: it
-    must run out of memory, and leave ``memory_allocated`` as it was."""
-    gc.collect()
-    torch.cuda.empty_cache()
-    nd.synchronize(dev)
-    before = torch.cuda.memory_allocated(dev)
+    must run out of memory, and leave ``memory_allocated`` as it was (read with the model alive,
+    after a warm-up step at batch 1 without the cap)."""
     run, reset, model = batch._real_runner(workloads.get("resnet50", "full"), "train", dev)
+    guarded = None
     try:
+        guarded = batch._oom_guarded(run, reset)
+        guarded(1)
+        nd.synchronize(dev)
+        before = torch.cuda.memory_allocated(dev)
         with batch.memory_cap(GiB, dev):
-            fits, _ = batch._oom_guarded(run, reset)(256)
+            fits, _ = guarded(256)
+        nd.synchronize(dev)
+        after = torch.cuda.memory_allocated(dev)
     finally:
-        del run, reset, model
+        del guarded, run, reset, model
         gc.collect()
         torch.cuda.empty_cache()
-    nd.synchronize(dev)
-    after = torch.cuda.memory_allocated(dev)
     r = {"cap_bytes": GiB, "batch": 256, "oom": not fits, "allocated_before": before,
          "allocated_after": after, "leak_free": before == after and not fits}
     log(f"  ResNet-50 training step, batch 256, 1 GiB cap: {'OOM' if not fits else 'fitted (?)'}; "
@@ -227,7 +229,8 @@ def summary_md(meta, doc, sections) -> str:
     lines += ["", "## OOM leak check", "",
               json.dumps(oom) if oom else f"skipped: {sections.get('skipped', {}).get('oom_leak')}"]
     failures = sections.get("failures") or []
-    lines += ["", "## CUDA checks", "", "all passed" if not failures else
+    lines += ["", "## Checks (probes agree, nothing left allocated, no section crashed)", "",
+              "all passed" if not failures else
               "FAILED: " + "; ".join(failures), ""]
     return "\n".join(lines)
 
@@ -265,34 +268,43 @@ def main(argv=None) -> int:
     sections = {"skipped": {}}
     no_cuda = f"no CUDA device ({dev}): the allocator checks need one"
 
-    log("1. probes: measure(method='allocator') vs torch.cuda.max_memory_allocated")
-    if cuda:
-        sections["probes"] = probes(dev, names, scale)
-    else:
-        log(f"  skipped: {no_cuda}")
-        sections["skipped"]["probes"] = no_cuda
-    log("2. OOM leak check")
-    if cuda:
-        sections["oom_leak"] = oom_leak(dev)
-    else:
-        log(f"  skipped: {no_cuda}")
-        sections["skipped"]["oom_leak"] = no_cuda
-    log("3. estimate vs real total peak")
-    sections["estimate_vs_real"] = estimate_vs_real(dev, names, scale)
+    errors = sections["errors"] = {}
+
+    def section(key, title, fn, needs_cuda=False):
+        """Run one section; a crash is recorded (and fails the run) instead of ending it."""
+        log(title)
+        if needs_cuda and not cuda:
+            log(f"  skipped: {no_cuda}")
+            sections["skipped"][key] = no_cuda
+            return
+        try:
+            sections[key] = fn()
+        except Exception as e:  # noqa: BLE001 - the other sections still run
+            traceback.print_exc()
+            errors[key] = f"{type(e).__name__}: {e}"
+            sections["skipped"][key] = f"crashed: {errors[key]}"
+            log(f"  ERROR {errors[key]}")
+
+    section("probes", "1. probes: measure(method='allocator') vs torch.cuda.max_memory_allocated",
+            lambda: probes(dev, names, scale), needs_cuda=True)
+    section("oom_leak", "2. OOM leak check", lambda: oom_leak(dev), needs_cuda=True)
+    section("estimate_vs_real", "3. estimate vs real total peak",
+            lambda: estimate_vs_real(dev, names, scale))
     log("4. claims")
     results = run_claims(ids, dev, scale, clock)
     c04 = next((r.to_dict() if hasattr(r, "to_dict") else r for r in results
                 if (r.id if hasattr(r, "id") else r["id"]) == "C04"), None)
-    log("5. largest batch under " + ", ".join(f"{b:g} GiB" for b in budgets)
-        + ("" if cuda else " (estimates only: " + no_cuda + ")"))
-    sections["largest_batch"] = largest_batches(dev, names, budgets, scale, c04, clock)
+    section("largest_batch", "5. largest batch under " + ", ".join(f"{b:g} GiB" for b in budgets)
+            + ("" if cuda else " (estimates only: " + no_cuda + ")"),
+            lambda: largest_batches(dev, names, budgets, scale, c04, clock))
 
-    failures = [f"probe {r['workload']} {r['setting']}" for r in sections.get("probes", [])
-                if not r["agree"]]
-    if cuda and not sections["oom_leak"]["leak_free"]:
-        failures.append("memory left allocated after an OOM")
-    failures += [f"leak in search {r['workload']} {r['mode']}" for r in sections["largest_batch"]
-                 if not r["leak_free"]]
+    failures = [f"section {k} crashed" for k in errors]
+    failures += [f"probe {r['workload']} {r['setting']}" for r in sections.get("probes", [])
+                 if not r["agree"]]
+    if "oom_leak" in sections and not sections["oom_leak"]["leak_free"]:
+        failures.append("memory left allocated after an OOM (or no OOM)")
+    failures += [f"leak in search {r['workload']} {r['mode']}"
+                 for r in sections.get("largest_batch", []) if not r["leak_free"]]
     sections["failures"] = failures
 
     doc = report.build_doc(results, source="claims", device=str(dev), scale=scale,

@@ -469,26 +469,31 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
 
 
 def _search_real(wl, mode, dev, budget, max_batch, start, record, result, hint=None) -> int:
-    """Real runs under a cap; records allocated bytes before and after (model build included)."""
-    _device.synchronize(dev)
-    result.allocated_before = torch.cuda.memory_allocated(dev)
-    if result.allocated_before:
-        result.notes.append(f"{_memory.format_bytes(result.allocated_before)} already allocated by "
-                            "this process counted against the cap")
+    """Real runs under a cap. The model is built first and one warm-up step runs at batch 1
+    (without the cap, not a trial): library workspaces made once per thread (cuBLAS, also in the
+    backward thread) are then in place, so ``allocated_before/after``, read around the search with
+    the model alive, differ only if the search itself left something behind."""
     run = reset = model = None
     try:
         run, reset, model = _real_runner(wl, mode, dev)
-        return search_on_cuda(run, budget, dev, max_batch=max_batch, start=start, reset=reset,
-                              on_trial=record, hint=hint)
-    finally:
-        del run, reset, model
-        gc.collect()
-        torch.cuda.empty_cache()
+        _oom_guarded(run, reset)(1)
+        _device.synchronize(dev)
+        result.allocated_before = torch.cuda.memory_allocated(dev)
+        result.notes.append(f"{_memory.format_bytes(result.allocated_before)} allocated before the "
+                            "search (the model's weights and anything else this process holds) "
+                            "counted against the cap")
+        found = search_on_cuda(run, budget, dev, max_batch=max_batch, start=start, reset=reset,
+                               on_trial=record, hint=hint)
         _device.synchronize(dev)
         result.allocated_after = torch.cuda.memory_allocated(dev)
         if result.allocated_after != result.allocated_before:
             result.notes.append(f"allocated bytes changed during the search: "
                                 f"{result.allocated_before} before, {result.allocated_after} after")
+        return found
+    finally:
+        del run, reset, model
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def largest_batches(workload: str, budget_bytes: int, device="cpu", *, modes=MODES, **kwargs) -> dict:

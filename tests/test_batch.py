@@ -266,7 +266,7 @@ def test_real_search_path_end_to_end_with_fake_allocator(monkeypatch):
         assert fake.fraction == 0.7
         assert r.allocated_before == r.allocated_after == 12345
         assert not any("changed" in n for n in r.notes)
-        assert any("already allocated" in n for n in r.notes)
+        assert any("allocated before the search" in n for n in r.notes)
         assert all(ok == (b <= min(limit, (budget - base) // per)) for b, ok, _ in r.trials)
         assert len(r.trials) <= most
 

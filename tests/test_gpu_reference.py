@@ -64,7 +64,7 @@ def test_measurements_in_gpu_reference_json(rehearsal):
     assert len(lb) == 2 * 3 and all(r["method"] == "estimate" and r["batch"] > 0 for r in lb)
     by = {(r["budget_bytes"], r["mode"]): r["batch"] for r in lb}
     assert by[(16 * 2 ** 30, "train")] > by[(12 * 2 ** 30, "train")]
-    assert d["failures"] == []
+    assert d["failures"] == [] and d["errors"] == {}
     md = (folder / "summary.md").read_text()
     for heading in ("## Claims", "## Estimate vs real total peak", "## Largest batch", "## OOM leak check"):
         assert heading in md
