@@ -126,7 +126,10 @@ def _handler_class():
 
 
 class InferenceServer:
-    """A Tornado server on 127.0.0.1 in a background thread; a context manager (start/stop)."""
+    """A Tornado server on 127.0.0.1 in a background thread; a context manager (start/stop).
+
+    Each measured request makes two full garbage collections (``memory.measure``); inside
+    ``nogradlab.batch.frozen_gc()`` (as ``run`` does) they only walk what the requests create."""
 
     def __init__(self, variant: str = "no_grad", workload: str = "mlp", scale: str = "tiny",
                  device="cpu", batch: "int | None" = None, seed: int = 0):
