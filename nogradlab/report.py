@@ -127,10 +127,8 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
         else:
             where = f" (expected in notebook {claim.notebook})" if source == "run" and claim.notebook else ""
             entries.append(missing_entry(claim, missing_reason + where))
-    counts = {}
-    for e in entries:
-        w = verdict_word(e["verdict"])
-        counts[w] = counts.get(w, 0) + 1
+    words = [verdict_word(e["verdict"]) for e in entries]
+    counts = {w: words.count(w) for w in COLOURS if w in words}  # in the fixed verdict order
     nbs = [dict(n) for n in notebooks]
     complete = (not interrupted and counts.get(NOT_RUN, 0) == 0
                 and all(n["status"] == "ok" for n in nbs))

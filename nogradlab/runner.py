@@ -181,7 +181,7 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     scale = _workloads.resolve_scale(scale, dev)
     nb_dir = Path(notebooks) if notebooks else default_dir("notebooks")
     nbs = discover(nb_dir)
-    out = Path(out)
+    out = Path(out).resolve()
     _check_out(out)
     results_dir = Path(results) if results else default_dir("results")
     refs = _report.load_references(results_dir)

@@ -193,3 +193,14 @@ def test_report_in_headless_chromium(tmp_path):
         finally:
             browser.close()
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+
+
+def test_committed_reference_results_follow_the_schema():
+    found = sorted((ROOT / "results").glob("*/claims.json"))
+    if not found:
+        pytest.skip("no reference results committed under results/")
+    for path in found:
+        doc = report.load_doc(path)  # raises when the file does not follow the schema
+        assert path.parent.name == doc["meta"]["machine"], path
+        assert doc["meta"]["complete"], f"{path}: only complete runs belong in results/"
+        assert [c["id"] for c in doc["claims"]] == claims.ids(), path
