@@ -441,7 +441,8 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             if rc is None:
                 row += f"<td>{_badge(NOT_RUN)}</td>"
             else:
-                row += (f"<td><details><summary>{_badge(verdict_word(rc['verdict']))}</summary>"
+                differs = "" if rc["verdict"] == c["verdict"] else " <span title='differs from this run'>≠</span>"
+                row += (f"<td><details><summary>{_badge(verdict_word(rc['verdict']))}{differs}</summary>"
                         f"<span class='small'>{_e(rc['summary'])}</span></details></td>")
         rows.append(row + "</tr>")
     parts.append("<h2 id='verdicts'>Verdicts</h2><p class='small'>holds / does not hold / depends (true "

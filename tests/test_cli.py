@@ -127,3 +127,15 @@ def test_failed_notebook_is_reported_and_earlier_report_kept(tmp_path):
     assert report.cell_name(err) in page and "boom in the middle" in page
     executed = json.loads((tmp_path / "build.failed" / "notebooks" / "02_boom.ipynb").read_text())
     assert not any("never" in "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", []))
+
+
+def test_replace_moves_the_new_build_into_place(tmp_path):
+    from nogradlab.runner import _replace
+
+    new, out = tmp_path / "build.partial", tmp_path / "build"
+    for d, text in ((new, "new"), (out, "old")):
+        (d / "notebooks").mkdir(parents=True)
+        (d / "report.html").write_text(text)
+    _replace(new, out)
+    assert (out / "report.html").read_text() == "new" and (out / "notebooks").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
