@@ -7,7 +7,9 @@ leaks between cells). Titles name the hardware and the scale the data came from.
 * ``article_table``: the article's table (claim C20) as a chart, its bands shaded beside our values;
 * ``timeline``: live memory across one forward pass, one curve per mode;
 * ``eval_grid``: the 2x2 grid train/eval x grad/no_grad (claim C14);
-* ``largest_batch``: the largest batch that fits each memory budget, per mode.
+* ``largest_batch``: the largest batch that fits each memory budget, per mode;
+* ``for_claim``: the right one of these for a claim's result (C04 C09 C14 C18 C19 C20 C21),
+  drawn from its evidence (a ``claims.Result`` or its ``to_dict()``, as in claims.json).
 
 The data come from the claim checks' evidence or from the package's sweeps, e.g.
 ``nogradlab.claims.numbers.estimate_sweep`` for ``memory_vs_batch``.
@@ -19,7 +21,7 @@ from matplotlib.figure import Figure
 from . import memory as _memory
 
 __all__ = ["memory_vs_batch", "saving_vs_length", "article_table", "timeline",
-           "eval_grid", "largest_batch", "MODE_COLOURS"]
+           "eval_grid", "largest_batch", "for_claim", "CLAIM_FIGURES", "MODE_COLOURS"]
 
 MODE_COLOURS = {"grad": "#cf222e", "train": "#8250df", "no_grad": "#0969da",
                 "eval+no_grad": "#0969da", "inference_mode": "#1a7f37", "eval": "#9a6700"}
@@ -259,3 +261,79 @@ def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Fig
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+# --------------------------------------------------------------------------------------------
+# a claim's result -> its picture
+
+
+def _parts(result) -> tuple:
+    """(evidence, device label, scale) of a ``claims.Result`` or of its ``to_dict()`` form."""
+    from . import device as _device
+
+    d = result if isinstance(result, dict) else result.to_dict()
+    info = d.get("device") or {}
+    return d["evidence"], (_device.label(info) if info else "unknown device"), d.get("scale")
+
+
+def _where(method: str, device: str) -> str:
+    return f"{device}, real OOM search" if method == "search" else "virtual CUDA device (exact estimates)"
+
+
+def _c04(ev, device, scale):
+    gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # GPU-sized budgets, full-size models
+    return largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
+                         device=_where(gpu[0]["method"], device), scale="full")
+
+
+def _c09(ev, device, scale):
+    return largest_batch({f"{ev['workload']}, {ev['budget_bytes'] / 2 ** 30:g} GiB": ev["batches"]},
+                         device=_where(ev["method"], device), scale="full")
+
+
+def _c14(ev, device, scale):
+    cells = {(g["model_mode"], g["grad_mode"]): {"output differs from eval+grad by": g["max_abs_diff_vs_eval_grad"],
+                                                 "requires_grad": g["requires_grad"], "saved_bytes": g["saved_bytes"],
+                                                 "BN stats updated": g["bn_running_stats_updated"]}
+             for g in ev["grid"]}
+    return eval_grid(cells, device=device, scale=scale)
+
+
+def _c18(ev, device, scale):
+    rows = [{"workload": r["workload"], "mode": mode, "batch": r["batch"], "total_bytes": r[f"{mode}_total_bytes"]}
+            for r in ev["measured"] for mode in ("grad", "no_grad")]
+    return memory_vs_batch(rows, device=device, scale=scale, title="Peak memory of one forward pass, "
+                           "weights and input included (measured)")
+
+
+def _c21(ev, device, scale):
+    return saving_vs_length(ev["series"], device=device, scale=scale, threshold=0.40,
+                            threshold_label="the article's mark (40 %)")
+
+
+def _c20(ev, device, scale):
+    rows = []
+    for r in ev["rows"]:
+        ci = r.get("speed_gain_ci") or (None, None)
+        rows += [dict(workload=r["workload"], quantity="memory saved (%)", measured=100 * r["memory_saved"],
+                      low=100 * r["memory_band"][0], high=100 * r["memory_band"][1]),
+                 dict(workload=r["workload"], quantity="speed gained (%)", measured=100 * r["speed_gain"],
+                      ci_low=None if ci[0] is None else 100 * ci[0], ci_high=None if ci[1] is None else 100 * ci[1],
+                      low=100 * r["speed_band"][0], high=100 * r["speed_band"][1]),
+                 dict(workload=r["workload"], quantity="batch factor (x)", measured=r["batch_factor"],
+                      low=r["batch_band"][0], high=r["batch_band"][1])]
+    return article_table(rows, device=device, scale=scale)
+
+
+_FOR_CLAIM = {"C04": _c04, "C09": _c09, "C14": _c14, "C18": _c18, "C19": _c21, "C20": _c20, "C21": _c21}
+CLAIM_FIGURES = tuple(_FOR_CLAIM)
+
+
+def for_claim(result) -> Figure:
+    """The picture of a claim's evidence: ``for_claim(claims.check("C20"))``, or the same from the
+    result's ``to_dict()`` (as stored in claims.json). Claims with a picture: ``CLAIM_FIGURES``."""
+    d = result if isinstance(result, dict) else {"id": result.id}
+    cid = d["id"]
+    if cid not in _FOR_CLAIM:
+        raise ValueError(f"no picture for claim {cid!r}; allowed: {', '.join(CLAIM_FIGURES)}")
+    return _FOR_CLAIM[cid](*_parts(result))

@@ -174,7 +174,7 @@ The article opens (its section 1) with a handful of promises about `torch.no_gra
 tracking off for everything in the block, no graph is built, inference gets faster and bigger batches
 fit. It adds a rule about which tensors end up with `requires_grad=False`, with an example. This
 notebook checks each promise on this machine.
-""", "batch_sizes = [1, 2, 4]  # for the memory picture", "batch_sizes=batch_sizes") + [
+""", "batch = None  # batch of the live-memory picture; None: the workload's default", "batch=batch") + [
         md("""
 ### The article's example, first by hand
 
@@ -231,7 +231,7 @@ from nogradlab import memory, modes, workloads
 
 wl = workloads.get("resnet50", scale)
 model = wl.build(device).eval()
-x = wl.make_input(wl.default_batch, device)
+x = wl.make_input(batch or wl.default_batch, device)
 
 def forward_under(mode):
     def run():
@@ -271,24 +271,16 @@ pd.DataFrame(r_c03.evidence["rows"])[["workload", "batch", "grad_ms", "no_grad_m
                                       "noisy"]]
 """),
         claim_md("C04", """
-Bigger batches fit when less is kept alive. First the peak memory of one step per batch size for a
-training step, a forward with grad and a forward under `no_grad` (exact, from fake tensors: nothing is
-allocated); then the check, which searches the largest batch that fits GPU-sized budgets.
-"""),
-        code("""
-from nogradlab.claims.numbers import estimate_sweep
-
-rows = estimate_sweep("resnet50", batch_sizes, ("train", "eval+grad", "eval+no_grad"), device=device, scale=scale)
-plots.memory_vs_batch(rows, device=device, scale=scale, value="total_peak_bytes")
+Bigger batches fit when less is kept alive, as the picture above suggests. The check searches the
+largest batch that fits GPU-sized budgets, for a training step, a forward with grad and a forward under
+`no_grad` (on a GPU by real allocation; elsewhere exactly, from fake tensors on a virtual GPU), and
+checks a small CPU budget against real runs.
 """),
         check("C04"),
         code("""
 ev = r_c04.evidence
 assert all(c["eval+no_grad"] >= c["grad"] for c in ev["conditions"])  # never a smaller batch under no_grad
-gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # the GPU-sized budgets, full-size models
-where = device if gpu[0]["method"] == "search" else "virtual CUDA device (estimates)"
-plots.largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
-                    device=where, scale="full")
+plots.for_claim(r_c04)  # the GPU-sized budgets, full-size models
 """),
     ]
 
@@ -330,9 +322,7 @@ allocation, anywhere else exactly from fake tensors) and reports their ratio.
 """),
         check("C09"),
         code("""
-ev = r_c09.evidence
-plots.largest_batch({f"{ev['budget_bytes'] / 2**30:g} GiB": ev["batches"]},
-                    device=device if ev["method"] == "search" else "virtual CUDA device (estimates)", scale="full")
+plots.for_claim(r_c09)
 """),
         md("""
 ### Try other budgets
@@ -463,11 +453,7 @@ grad/no_grad on the same input (same dropout mask).
 grid = r_c14.evidence["grid"]
 assert all(c["max_abs_diff_vs_same_model_mode_grad"] == 0 for c in grid)  # no_grad: same outputs
 assert all((c["saved_bytes"] > 0) == (c["grad_mode"] == "grad") for c in grid)  # ...but nothing saved
-cells = {(c["model_mode"], c["grad_mode"]): {"output differs from eval+grad by": c["max_abs_diff_vs_eval_grad"],
-                                             "requires_grad": c["requires_grad"], "saved_bytes": c["saved_bytes"],
-                                             "BN stats updated": c["bn_running_stats_updated"]}
-         for c in grid}
-plots.eval_grid(cells, device=device, scale=scale)
+plots.for_claim(r_c14)
 """),
         claim_md("C15", """
 Compared in eval mode, with and without `no_grad`, on the three larger workloads. Equal does not
@@ -520,17 +506,14 @@ peak includes the weights and the input, which are there in both modes.
 """),
         check("C18", "batches=batch_sizes"),
         code("""
-measured = [{"workload": r["workload"], "batch": r["batch"], "mode": mode, "total_bytes": r[f"{mode}_total_bytes"]}
-            for r in r_c18.evidence["measured"] for mode in ("grad", "no_grad")]
-plots.memory_vs_batch(measured, device=device, scale=scale, title="Peak memory of one forward pass (measured)")
+plots.for_claim(r_c18)
 """),
         claim_md("C19", "The saving against the sequence length, on the transformer workload."),
         check("C19", "seq_lens=seq_lens"),
         claim_md("C21", "Read off the same sweep: from which length on does the saving pass the article's mark?"),
         check("C21", "seq_lens=seq_lens"),
         code("""
-plots.saving_vs_length(r_c21.evidence["series"], device=device, scale=scale, threshold=0.40,
-                       threshold_label="the article's mark (40 %)")
+plots.for_claim(r_c21)
 """),
         claim_md("C20", """
 Every cell of the table is measured: memory saved, speed gained and the batch-size factor, training
@@ -541,16 +524,7 @@ encoder-decoder with skip connections).
 """),
         check("C20"),
         code("""
-table = []
-for r in r_c20.evidence["rows"]:
-    table.append(dict(workload=r["workload"], quantity="memory saved (%)", measured=100 * r["memory_saved"],
-                      low=100 * r["memory_band"][0], high=100 * r["memory_band"][1]))
-    table.append(dict(workload=r["workload"], quantity="speed gained (%)", measured=100 * r["speed_gain"],
-                      ci_low=100 * r["speed_gain_ci"][0], ci_high=100 * r["speed_gain_ci"][1],
-                      low=100 * r["speed_band"][0], high=100 * r["speed_band"][1]))
-    table.append(dict(workload=r["workload"], quantity="batch factor (x)", measured=r["batch_factor"],
-                      low=r["batch_band"][0], high=r["batch_band"][1]))
-plots.article_table(table, device=device, scale=scale)
+plots.for_claim(r_c20)  # grey: the article's bands; blue: this run
 """),
         md("""
 ### Explore one workload

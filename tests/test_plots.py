@@ -110,3 +110,14 @@ def test_largest_batch_bars():
 def test_empty_data_refused(fn, arg):
     with pytest.raises(ValueError, match="at least one"):
         fn(arg, device="cpu")
+
+
+def test_for_claim_draws_from_a_result_and_from_its_dict():
+    from nogradlab import claims
+
+    r = claims.check("C14", device="cpu", scale="tiny")
+    fig = plots.for_claim(r)
+    assert "model.eval()" in _texts(fig) and "scale tiny" in _texts(fig)
+    assert _texts(plots.for_claim(r.to_dict())) == _texts(fig)
+    with pytest.raises(ValueError, match="no picture for claim 'C06'; allowed: C04"):
+        plots.for_claim({"id": "C06", "evidence": {}})
