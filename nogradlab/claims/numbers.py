@@ -27,9 +27,11 @@ Conventions (every figure in the evidence says which it is):
   cells of C20's table are figures to reproduce, so there a value must overlap the band itself.
   "About X %" is read as the band [X - 5, X + 5] percentage points.
 
-At ``scale="tiny"`` on a CPU all eleven checks together take about 25 s on two busy cores: few
-timing rounds, small sweeps; article-sized estimates are included wherever they are quick. On a
-GPU or at ``scale="full"`` the rounds and the sweeps grow. ``ctx.params`` may override
+At ``scale="tiny"`` on a CPU the checks run single-threaded (on a shared two-core machine a second
+OpenMP thread mostly measures the neighbours: calls get several times slower and noisier; bytes
+do not depend on it), with few timing rounds and small sweeps; article-sized estimates are
+included everywhere, since they need no GPU. On a GPU or at ``scale="full"`` the rounds and the
+sweeps grow and torch's own thread count is used. ``ctx.params`` may override
 ``rounds``, ``min_run_time``, ``warmup`` and the per-check knobs named in each docstring.
 """
 from __future__ import annotations
@@ -157,6 +159,22 @@ def _band_of(figure: float, half_width: float = 0.05) -> tuple:
     return (figure - half_width, figure + half_width)
 
 
+def _check(claim_id: str):
+    """``claim_check`` with one torch CPU thread on tiny CPU runs (see :func:`_knobs`: on a shared
+    two-core machine a second OpenMP thread makes every call several times slower and noisier;
+    bytes do not depend on it). The thread count is restored afterwards."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def run(ctx):
+            with _torch_threads(1 if _quick(ctx) else None):
+                return fn(ctx)
+
+        claim_check(claim_id)(run)
+        return fn
+
+    return deco
+
+
 # --------------------------------------------------------------------------------------------
 # memory helpers (public: the notebooks sweep with them too)
 
@@ -226,15 +244,29 @@ def estimate_sweep(workload: str, batches, settings=("eval+grad", "eval+no_grad"
             for L in seq_lens for b in batches for s in settings]
 
 
-def measure_forward(model, x, setting: str, device) -> dict:
+@contextlib.contextmanager
+def _torch_threads(n: "int | None"):
+    """torch's CPU thread count set to ``n`` for the block (None: unchanged); restored on exit."""
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def measure_forward(model, x, setting: str, device, num_threads: "int | None" = None) -> dict:
     """Real :func:`nogradlab.memory.measure` of ``model(x)`` under ``setting``, as a dict with the
-    total peak (what was resident at entry, weights and input, plus the call's own peak)."""
+    total peak (what was resident at entry, weights and input, plus the call's own peak).
+    ``num_threads``: torch CPU threads for the call (bytes do not depend on it; time does)."""
     def fn():
         with modes.setting(setting, model=model, device=device):
             return model(x)
 
     dev = torch.device(device)
-    with accounting():
+    with accounting(), _torch_threads(num_threads):
         rep = memory.measure(fn, dev)
     block = memory.CUDA_BLOCK if dev.type == "cuda" else 1
     resident = memory._entry_bytes(model, [x], block)
@@ -273,7 +305,7 @@ def _pairs(rows, base: str, case: str) -> list:
 # C03: runtime cut by no_grad
 
 
-@claim_check("C03")
+@_check("C03")
 def c03(ctx):
     """Grad vs no_grad forward of each workload (model in eval mode in both) at two batch sizes,
     interleaved timing with bootstrap CIs. Knobs: ``workloads``, ``batches`` (per workload,
@@ -318,7 +350,7 @@ def c03(ctx):
 # C08: is what backward keeps the largest share of training memory?
 
 
-@claim_check("C08")
+@_check("C08")
 def c08(ctx):
     """Activation (saved-for-backward) bytes of one training step vs parameter + gradient +
     SGD-momentum bytes, per workload at the article's sizes (estimate on a virtual CUDA device),
@@ -396,7 +428,7 @@ def _val_loop(model, batches, scope: str):
     return {"per_batch": per_batch, "whole_loop": whole, "nested": nested}[scope]
 
 
-@claim_check("C13")
+@_check("C13")
 def c13(ctx):
     """The same validation loop with no_grad around the whole loop, around each batch, and nested
     redundantly per batch; the smallest workload (mlp) so that a per-batch cost weighs the most:
@@ -453,7 +485,7 @@ def _dropout_classifier(device, seed):
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
 
 
-@claim_check("C16")
+@_check("C16")
 def c16(ctx):
     """Accuracy of one fixed model on one fixed data set over repeated runs (a different RNG state
     each run), in train mode (dropout active) and eval mode; also train mode under no_grad with
@@ -502,7 +534,7 @@ def c16(ctx):
 # C17: validation loop, eval only vs eval + no_grad
 
 
-@claim_check("C17")
+@_check("C17")
 def c17(ctx):
     """A ResNet-50 (ImageNet-style) validation loop in eval mode, grad on vs no_grad, timed with
     compare; the accuracies of both compared. Knobs: ``workload``, ``n_batches``, ``batch``."""
@@ -551,7 +583,7 @@ def c17(ctx):
 # C18: feed-forward nets, peak memory
 
 
-@claim_check("C18")
+@_check("C18")
 def c18(ctx):
     """Peak memory of a forward pass, grad vs no_grad (eval mode in both), for the feed-forward
     workloads (mlp, resnet50, unet: no recurrent connections; the transformer is C19's): real
@@ -563,7 +595,8 @@ def c18(ctx):
         d = wl.default_batch
         for b in ctx.params.get("batches") or (1, d, 2 * d):
             x = wl.make_input(b, ctx.device)
-            g, ng = (measure_forward(model, x, s, ctx.device) for s in ("eval+grad", "eval+no_grad"))
+            g, ng = (measure_forward(model, x, s, ctx.device, _knobs(ctx)["num_threads"])
+                     for s in ("eval+grad", "eval+no_grad"))
             real.append({"workload": name, "scale": ctx.scale, "batch": b,
                          "grad_total_bytes": g["total_peak_bytes"], "no_grad_total_bytes": ng["total_peak_bytes"],
                          "grad_peak_bytes": g["peak_bytes"], "no_grad_peak_bytes": ng["peak_bytes"],
@@ -621,7 +654,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
     for L in lens:
         wl = with_seq_len(wl0, L)
         x = wl.make_input(wl.default_batch, dev)
-        g, ng = (measure_forward(model, x, s, dev) for s in ("eval+grad", "eval+no_grad"))
+        g, ng = (measure_forward(model, x, s, dev, 1 if quick else None) for s in ("eval+grad", "eval+no_grad"))
         real.append({"seq_len": L, "batch": wl.default_batch, "scale": scale,
                      "grad_total_bytes": g["total_peak_bytes"], "no_grad_total_bytes": ng["total_peak_bytes"],
                      "saved_for_backward_bytes": g["saved_bytes"],
@@ -630,10 +663,14 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
     del model
     full_b = workloads.get("transformer_base", "full").default_batch
     est = {}
-    variants = {"math attention (virtual cuda)": ("cuda", (128, 256, 512, 1024, 2048, 4096)),
+    # without a GPU, fake CUDA tensors get PyTorch's math attention (the fused kernels check the
+    # real device); with one, the estimate uses whatever kernel this GPU selects
+    cuda_label = ("attention as this GPU selects it (fake tensors on cuda)" if torch.cuda.is_available()
+                  else "math attention (virtual cuda)")
+    variants = {cuda_label: ("cuda", (128, 256, 512, 1024, 2048, 4096)),
                 "fused flash attention (fake cpu)": ("cpu", (128, 512, 1024, 4096))}
     if quick:
-        variants = {"math attention (virtual cuda)": ("cuda", (128, 1024, 4096)),
+        variants = {cuda_label: ("cuda", (128, 1024, 4096)),
                     "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
     for label, (dev, lens) in variants.items():
         rows = estimate_sweep("transformer_base", (full_b,), device=dev, seq_lens=lens)
@@ -651,7 +688,7 @@ def _grows(rows) -> bool:
     return all(b >= a for a, b in zip(s, s[1:])) and s[-1] > s[0]
 
 
-@claim_check("C19")
+@_check("C19")
 def c19(ctx):
     """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
     per token is the saved-for-backward bytes per token. Knobs: ``seq_lens``."""
@@ -683,7 +720,7 @@ def c19(ctx):
     return verdict, summary, evidence
 
 
-@claim_check("C21")
+@_check("C21")
 def c21(ctx):
     """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
     sw = _seq_sweep(ctx)
@@ -724,7 +761,7 @@ def _start_guess(name: str, setting: str, batch: int) -> int:
     return guess
 
 
-@claim_check("C20")
+@_check("C20")
 def c20(ctx):
     """Every cell of the article's table, per workload:
 
@@ -853,7 +890,7 @@ def _profile(fn, repeats: int) -> dict:
                         for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:8]]}
 
 
-@claim_check("C23")
+@_check("C23")
 def c23(ctx):
     """Profile a tiny NLP-style forward (transformer_base) and the mlp with grad on and off, and a
     training step for reference: the share of self CPU time in events named after autograd
@@ -899,6 +936,8 @@ def c23(ctx):
 
 
 def _compile_reason(ctx) -> "str | None":
+    if ctx.params.get("compile") is False:
+        return "skipped: compile=False"
     if _quick(ctx) and not ctx.params.get("compile", False):
         return ("skipped at tiny scale on CPU: compiling takes tens of seconds, more than this whole "
                 "check's budget (pass compile=True to include it)")
@@ -913,11 +952,13 @@ def _lever_beats_no_grad(row) -> list:
     return [c for c in row["speedup"] if c.startswith("no_grad+") and row["ci"][c][0] > hi_ng]
 
 
-@claim_check("X05")
+@_check("X05")
 def x05(ctx):
     """Per workload, one compare() of the forward pass (eval mode): grad (baseline), no_grad,
     inference_mode, and levers applied on top of no_grad: autocast (bf16 on CPU, fp16 on CUDA),
-    channels_last (CNNs), torch.compile (when it can run). Knobs: ``workloads``, ``compile``."""
+    channels_last (CNNs), torch.compile (when it can run; compiled once before timing, so its
+    compile time is not in the figures). Knobs: ``workloads``, ``compile`` (True/False forces it
+    on/off; by default off on tiny CPU runs only)."""
     names = ctx.params.get("workloads", workloads.names())
     cast = "fp16" if ctx.device.type == "cuda" else "bf16"
     compile_reason = _compile_reason(ctx)
