@@ -69,8 +69,8 @@ ARTICLE_TABLE = {
             "batch": (1.2, 1.4)},
 }
 ARTICLE_GPU_BYTES = 16 * GiB
-FEED_FORWARD = ("mlp", "resnet50", "unet")
-CNNS = ("resnet50", "unet")  # "feed-forward networks without recurrent connections"
+FEED_FORWARD = ("mlp", "resnet50", "unet")  # "feed-forward networks without recurrent connections"
+CNNS = ("resnet50", "unet")
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,7 +156,20 @@ def _build(name, scale, device, batch, seed):
 
 def _band_of(figure: float, half_width: float = 0.05) -> tuple:
     """The band an "about X" figure stands for: [X - 5 pp, X + 5 pp]."""
-    return (figure - half_width, figure + half_width)
+    return (round(figure - half_width, 6), round(figure + half_width, 6))
+
+
+def _names(ctx) -> list:
+    """``ctx.params['workloads']`` (default: all four), each checked before any work starts."""
+    names = list(ctx.params.get("workloads") or workloads.names())
+    for n in names:
+        workloads.get(n, ctx.scale)
+    return names
+
+
+def _batches(ctx, key: str, default) -> list:
+    """``ctx.params[key]`` (default ``default``) as positive ints, checked before any work."""
+    return [workloads.check_batch(b) for b in (ctx.params.get(key) or default)]
 
 
 def _check(claim_id: str):
@@ -310,12 +323,12 @@ def c03(ctx):
     """Grad vs no_grad forward of each workload (model in eval mode in both) at two batch sizes,
     interleaved timing with bootstrap CIs. Knobs: ``workloads``, ``batches`` (per workload,
     default 1 and the default batch on a tiny CPU run, else half and twice the default)."""
-    names = ctx.params.get("workloads", workloads.names())
+    names = _names(ctx)
     rows, triples = [], []
     for name in names:
         wl = workloads.get(name, ctx.scale)
         d = wl.default_batch
-        batches = ctx.params.get("batches") or ((1, d) if _quick(ctx) else (max(1, d // 2), 2 * d))
+        batches = _batches(ctx, "batches", (1, d) if _quick(ctx) else (max(1, d // 2), 2 * d))
         for b in batches:
             wl, model, x, _ = _build(name, ctx.scale, ctx.device, b, ctx.seed)
             cmp = _compare(ctx, {"grad": _forward_fn(model, x, torch.enable_grad),
@@ -361,7 +374,7 @@ def c08(ctx):
         wl = workloads.get(name, "full")
         p = param_bytes(name, "full")
         others = {"parameters": p, "gradients": p, "optimizer_state_sgd_momentum": p}
-        batches = ctx.params.get("batches") or (1, wl.default_batch)
+        batches = _batches(ctx, "batches", (1, wl.default_batch))
         acts = {}
         for b in batches:
             r = estimate_row(name, b, "train", scale="full")
@@ -382,11 +395,14 @@ def c08(ctx):
                             "crossover_batch_sgd": math.ceil(3 * p / slope) if slope > 0 else None,
                             "crossover_batch_adam": math.ceil(4 * p / slope) if slope > 0 else None}
     verdict = "holds" if all(states) else "does not hold" if not any(states) else "depends"
-    parts = [f"{n}: from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
-    summary = ("Activations kept for backward outweigh parameters + gradients + optimizer state "
-               f"(SGD momentum) only above a crossover batch at the article's model sizes: "
-               f"{'; '.join(parts)} (Adam's two state tensors move it to 4P/slope). "
-               + ("Below it, weights and their companions dominate." if verdict == "depends" else ""))
+    parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
+    at = "; ".join(f"batch {b}: {sum(r['activations_exceed_the_rest'] for r in rows if r['batch'] == b)}"
+                   f" of {sum(1 for r in rows if r['batch'] == b)}"
+                   for b in sorted({r["batch"] for r in rows}))
+    summary = ("At the article's model sizes (training step, estimated), activations kept for backward "
+               f"outweigh parameters + gradients + SGD-momentum state in: {at} workloads. They take "
+               f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
+               "to 4P/slope); below it the weights and their companions dominate.")
     evidence = {"rows": rows, "crossover": crossovers, "method": "memory.estimate, train step "
                 "(forward, loss, backward, SGD-momentum step), scale full, virtual CUDA",
                 "criterion": "activation (saved-for-backward) bytes > parameter + gradient + "
@@ -593,7 +609,7 @@ def c18(ctx):
     for name in FEED_FORWARD:
         wl, model, _, _ = _build(name, ctx.scale, ctx.device, 1, ctx.seed)
         d = wl.default_batch
-        for b in ctx.params.get("batches") or (1, d, 2 * d):
+        for b in _batches(ctx, "batches", (1, d, 2 * d)):
             x = wl.make_input(b, ctx.device)
             g, ng = (measure_forward(model, x, s, ctx.device, _knobs(ctx)["num_threads"])
                      for s in ("eval+grad", "eval+no_grad"))
@@ -604,7 +620,7 @@ def c18(ctx):
                          "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
         del model
         full = workloads.get(name, "full").default_batch
-        fb = ctx.params.get("full_batches") or ((full,) if _quick(ctx) else (1, full // 4, full, 4 * full))
+        fb = _batches(ctx, "full_batches", (full,) if _quick(ctx) else (1, full // 4, full, 4 * full))
         rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
         for p in _pairs(rows, "eval+grad", "eval+no_grad"):
             est.append({"workload": name, "scale": "full", "batch": p["batch"],
@@ -775,7 +791,7 @@ def c20(ctx):
 
     Knobs: ``workloads``, ``batch_factor`` (False skips the largest-batch searches).
     """
-    names = ctx.params.get("workloads", workloads.names())
+    names = _names(ctx)
     do_batch = ctx.params.get("batch_factor", True)
     rows, cells = [], []
     for name in names:
@@ -959,7 +975,7 @@ def x05(ctx):
     channels_last (CNNs), torch.compile (when it can run; compiled once before timing, so its
     compile time is not in the figures). Knobs: ``workloads``, ``compile`` (True/False forces it
     on/off; by default off on tiny CPU runs only)."""
-    names = ctx.params.get("workloads", workloads.names())
+    names = _names(ctx)
     cast = "fp16" if ctx.device.type == "cuda" else "bf16"
     compile_reason = _compile_reason(ctx)
     rows, ranking = [], {}
