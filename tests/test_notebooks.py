@@ -71,6 +71,14 @@ def test_each_claim_checked_in_exactly_its_notebook():
     assert not problems, "\n".join(problems)
 
 
+def test_checks_run_with_the_notebook_parameters():
+    """Every check gets the validated device, scale and seed, so papermill's values reach it."""
+    for path in NOTEBOOKS:
+        for c in _read(path).cells:
+            for call in re.findall(r"claims\.check\([^)]*\)", c.source):
+                assert "device=device, scale=scale, seed=seed" in call, f"{path.stem}: {call}"
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_stored_without_outputs(stem):
     nb = _read(NB_DIR / f"{stem}.ipynb")
@@ -137,7 +145,7 @@ def test_setup_resolves_and_prints(capsys):
     (dict(seed=1.5), "seed must be an integer"),
     (dict(batch_sizes=[4, -1]), "batch_sizes must be positive integers"),
     (dict(repeats=0), "repeats must be positive integers"),
-    (dict(workloads=["vgg"]), "allowed: resnet50"),
+    (dict(budget_gib=-12), "budget_gib must be positive numbers"),
     (dict(colour="red"), "unknown notebook parameter 'colour'; allowed: device, scale, seed"),
 ])
 def test_setup_rejects_bad_parameters(kwargs, words):
