@@ -396,11 +396,14 @@ def c08(ctx):
                             "crossover_batch_adam": math.ceil(4 * p / slope) if slope > 0 else None}
     verdict = "holds" if all(states) else "does not hold" if not any(states) else "depends"
     parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
-    at = "; ".join(f"batch {b}: {sum(r['activations_exceed_the_rest'] for r in rows if r['batch'] == b)}"
-                   f" of {sum(1 for r in rows if r['batch'] == b)}"
-                   for b in sorted({r["batch"] for r in rows}))
+    small = [min((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
+    large = [max((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
+    at = (f"{sum(r['activations_exceed_the_rest'] for r in small)} of {len(small)} workloads at the "
+          f"smaller batch ({', '.join(str(r['batch']) for r in small)}), "
+          f"{sum(r['activations_exceed_the_rest'] for r in large)} of {len(large)} at the larger "
+          f"({', '.join(str(r['batch']) for r in large)})")
     summary = ("At the article's model sizes (training step, estimated), activations kept for backward "
-               f"outweigh parameters + gradients + SGD-momentum state in: {at} workloads. They take "
+               f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
                f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
                "to 4P/slope); below it the weights and their companions dominate.")
     evidence = {"rows": rows, "crossover": crossovers, "method": "memory.estimate, train step "
