@@ -476,8 +476,9 @@ def c13(ctx):
     predicted = (n - 1) * enter.median / cmp.timings["whole_loop"].median
     band = _band_of(0.30)
     verdict = band_verdict([(predicted, None, None)], *band)
+    loop_ms = cmp.timings["whole_loop"].median * 1e3
     summary = (f"A per-batch no_grad differs from a whole-loop one by {n - 1} more context entries "
-               f"and exits, {enter.median * 1e6:.2f} us each, against a {cmp.timings['whole_loop'].median * 1e3:.2f} ms "
+               f"and exits, {enter.median * 1e6:.2f} us each, against a {loop_ms:.2f} ms "
                f"loop of {n} batches of the {ctx.scale} {name} ({ctx.device}): at most {predicted:.2%} "
                f"more throughput for the wider scope (article: about 30 %). Timed directly: "
                f"{_pct_ci(gain)}; redundant nesting (two more levels per batch) "
@@ -635,13 +636,15 @@ def c18(ctx):
     verdict = band_verdict(triples, *band)
     below = sorted({f"{r['workload']}@{r['batch']} ({r['scale']})" for r in real + est
                     if r["memory_saved"] < band[0]})
+    above = [r for r in real + est if r["memory_saved"] > band[1]]
     summary = (f"no_grad cut the forward pass's total peak (weights and input included) by "
                f"{min(r['memory_saved'] for r in real):.0%}-{max(r['memory_saved'] for r in real):.0%} "
                f"in real {ctx.scale} runs on {ctx.device} and by "
                f"{min(r['memory_saved'] for r in est):.0%}-{max(r['memory_saved'] for r in est):.0%} "
                f"in estimates at the article's sizes (article: 20-40 %). Below the band: "
-               f"{', '.join(below) or 'none'}: where weights dominate (small batches, the MLP) the "
-               "saving is small; where activations dominate it exceeds 40 %.")
+               f"{', '.join(below) or 'none'}; above it: {len(above)} of {len(real) + len(est)} "
+               "conditions. The saving is the activations' share of the peak: small where weights "
+               "dominate (small batches, the MLP), large where activations do.")
     evidence = {"article_band": band, "measured": real, "estimated_full_size": est,
                 "feed_forward_workloads": list(FEED_FORWARD),
                 "metric": "memory_saved = 1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
