@@ -28,6 +28,7 @@ NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
 STEMS = [p.stem for p in NOTEBOOKS]
 RSS_LIMIT = 1.5e9  # bytes, per notebook (kernel process tree)
 TOTAL_LIMIT = 180.0  # seconds, the whole papermill pass on the test machine's CPU
+BAD_PARAMS_NOTEBOOK = "03_scoping_no_grad"  # its parameters hold batch sizes and repeat counts
 CHECK_RE = re.compile(r"""claims\.check\(\s*["']([CX]\d\d)["']""")
 
 # filled by test_papermill_executes, read by test_papermill_total_time and conftest's summary
@@ -158,8 +159,10 @@ def test_setup_rejects_bad_parameters(kwargs, words):
 
 
 class _PeakRSS:
-    """Poll the summed resident memory of the processes this process starts while it polls (the
-    kernel and whatever the kernel starts); children that already existed are left out."""
+    """Peak resident memory of the processes this process starts while it watches (the kernel and
+    whatever the kernel starts; children that already existed, e.g. a kernel still exiting, are
+    left out): per process the kernel's own high-water mark (VmHWM in /proc, exact however short
+    the peak; the polled RSS where /proc is missing), summed over the processes."""
 
     def __init__(self, interval: float = 0.05):
         import psutil
@@ -167,14 +170,27 @@ class _PeakRSS:
         self._me = psutil.Process()
         self._psutil = psutil
         self.interval = interval
-        self.peak = 0
-        self._before = {p.pid for p in self._me.children(recursive=True)}  # e.g. a kernel still exiting
+        self.peaks: dict = {}  # pid -> highest resident bytes seen
+        self._before = {p.pid for p in self._me.children(recursive=True)}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
+    @property
+    def peak(self) -> int:
+        return sum(self.peaks.values())
+
+    def _high_water(self, proc) -> int:
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return proc.memory_info().rss
+
     def _poll(self):
         while not self._stop.is_set():
-            total = 0
             try:
                 kids = self._me.children(recursive=True)
             except self._psutil.Error:
@@ -183,10 +199,9 @@ class _PeakRSS:
                 if p.pid in self._before:
                     continue
                 try:
-                    total += p.memory_info().rss
+                    self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), self._high_water(p))
                 except self._psutil.Error:
                     pass
-            self.peak = max(self.peak, total)
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -197,6 +212,14 @@ class _PeakRSS:
         self._stop.set()
         self._thread.join()
         return False
+
+
+def test_peak_rss_sees_a_short_peak_of_a_child():
+    """The guard itself: a child that holds 300 MiB for a moment, then frees it, is seen."""
+    script = "b = bytearray(300 * 2**20); del b; import time; time.sleep(0.3)"
+    with _PeakRSS() as rss:
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert rss.peak >= 300 * 2**20
 
 
 def _papermill(stem: str, params: dict, out: Path):
@@ -250,6 +273,3 @@ def test_bad_parameters_fail_the_first_cells(params, words, tmp_path):
     setup_cell = next(i for i, c in enumerate(executed.cells) if "notebook.setup(" in c.source)
     assert failed == [setup_cell], "the setup cell right after the parameters must be the one that fails"
 
-
-# a notebook whose parameters hold both batch sizes and repeat counts
-BAD_PARAMS_NOTEBOOK = "03_scoping_no_grad"
