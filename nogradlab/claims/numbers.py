@@ -662,8 +662,8 @@ def _seq_sweep(ctx) -> dict:
     the ``ctx.scale`` transformer, and estimates at full size (batch 16) on a virtual CUDA device
     (math attention) and on the fake CPU device (fused flash attention). Both are exact and
     deterministic, so C19 and C21 share one sweep per process."""
-    lens = tuple(ctx.params.get("seq_lens") or ((32, 64, 128, 256, 512) if _quick(ctx) else
-                                                 (128, 256, 512, 1024, 2048, 4096)))
+    lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
+                          (128, 256, 512, 1024, 2048, 4096)))
     return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens))
 
 
@@ -672,11 +672,17 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
     dev = torch.device(device)
     quick = dev.type != "cuda" and scale == "tiny"
     wl0, model, _, _ = _build("transformer_base", scale, dev, 1, seed)
-    real = []
+    real, notes = [], []
     for L in lens:
         wl = with_seq_len(wl0, L)
         x = wl.make_input(wl.default_batch, dev)
-        g, ng = (measure_forward(model, x, s, dev, 1 if quick else None) for s in ("eval+grad", "eval+no_grad"))
+        try:
+            g, ng = (measure_forward(model, x, s, dev, 1 if quick else None) for s in ("eval+grad", "eval+no_grad"))
+        except torch.OutOfMemoryError:
+            notes.append(f"out of memory at sequence length {L} on {dev}: the real sweep stops there")
+            break
+        finally:
+            del x
         real.append({"seq_len": L, "batch": wl.default_batch, "scale": scale,
                      "grad_total_bytes": g["total_peak_bytes"], "no_grad_total_bytes": ng["total_peak_bytes"],
                      "saved_for_backward_bytes": g["saved_bytes"],
@@ -702,7 +708,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
                        "saved_for_backward_bytes": grad[p["seq_len"]]["saved_bytes"],
                        "saved_per_token_bytes": grad[p["seq_len"]]["saved_bytes"] / (full_b * p["seq_len"]),
                        "memory_saved": p["memory_saved"]} for p in _pairs(rows, "eval+grad", "eval+no_grad")]
-    return {"measured": real, "estimated_full_size": est}
+    return {"measured": real, "estimated_full_size": est, "notes": notes}
 
 
 def _grows(rows) -> bool:
@@ -713,11 +719,15 @@ def _grows(rows) -> bool:
 @_check("C19")
 def c19(ctx):
     """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
-    per token is the saved-for-backward bytes per token. Knobs: ``seq_lens``."""
+    per token is the saved-for-backward bytes per token. Knobs: ``seq_lens`` (two or more)."""
+    if ctx.params.get("seq_lens") and len(ctx.params["seq_lens"]) < 2:
+        raise ValueError(f"C19 needs two or more sequence lengths, got seq_lens={ctx.params['seq_lens']!r}")
     sw = _seq_sweep(ctx)
-    series = {f"measured ({ctx.scale}, {ctx.device})": sw["measured"], **sw["estimated_full_size"]}
-    grows = {k: _grows(v) for k, v in series.items()}
+    series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
+                                **sw["estimated_full_size"]}.items() if v}
+    grows = {k: _grows(v) for k, v in series.items() if len(v) > 1}
     verdict = "holds" if all(grows.values()) else "does not hold" if not any(grows.values()) else "depends"
+    flat = [k for k, g in grows.items() if not g]
     parts = [f"{k}: {_pct(v[0]['memory_saved'])} at {v[0]['seq_len']} -> {_pct(v[-1]['memory_saved'])} at "
              f"{v[-1]['seq_len']} tokens" for k, v in series.items()]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
@@ -726,16 +736,17 @@ def c19(ctx):
     summary = (f"Memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs "
                f"sequence length: {'; '.join(parts)}; it grows in "
                f"{sum(grows.values())} of {len(grows)} series"
-               + (f" (not monotone: {', '.join(k for k, g in grows.items() if not g)}: a no_grad forward "
-                  "with math attention also materialises the L x L scores, so at the longest lengths "
-                  "its own peak grows as fast as the grad one)" if not all(grows.values()) else "")
+               + (f" (not monotone: {', '.join(flat)}" if flat else "")
+               + ("; a no_grad forward with math attention also materialises the L x L scores, so at "
+                  "the longest lengths its own peak grows as fast as the grad one" if any("math" in k for k in flat)
+                  else "") + (")" if flat else "")
                + f". Saved-for-backward bytes per token: {tok}. "
                "Where they stay flat the fraction still grows because the fixed weights weigh less; "
                "where they grow, kept L x L attention probabilities add a quadratic term. 'Smaller per "
                "token' than other models names no reference, so only the growth is checked.")
     evidence = {"series": series, "grows": grows, "saved_per_token_kib": per_token,
                 "baseline": "eval+grad forward", "case": "eval+no_grad forward",
-                "notes": ["memory measured with nn.TransformerEncoder's fused fast path off (its "
+                "notes": sw["notes"] + ["memory measured with nn.TransformerEncoder's fused fast path off (its "
                           "temporaries are invisible to the tracker)",
                           "virtual CUDA runs PyTorch's math attention, which keeps L x L probabilities "
                           "for backward; fused kernels on a real GPU keep none (see the flash series)"]}
@@ -746,7 +757,8 @@ def c19(ctx):
 def c21(ctx):
     """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
     sw = _seq_sweep(ctx)
-    series = {f"measured ({ctx.scale}, {ctx.device})": sw["measured"], **sw["estimated_full_size"]}
+    series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
+                                **sw["estimated_full_size"]}.items() if v}
     longest = {k: max(v, key=lambda r: r["seq_len"]) for k, v in series.items()}
     first = {k: next((r["seq_len"] for r in sorted(v, key=lambda r: r["seq_len"])
                       if r["memory_saved"] > 0.40), None) for k, v in series.items()}
