@@ -181,6 +181,12 @@ def test_bad_input_is_refused_with_allowed_values():
         N.with_seq_len(workloads.get("mlp"), 64)
     with pytest.raises(ValueError, match="allowed"):
         claims.check("C13", device="cpu", scale="tiny", workload="unet")
+    with pytest.raises(ValueError, match="allowed"):
+        claims.check("X05", device="cpu", scale="tiny", workloads=["mlp", "vgg"])
+    with pytest.raises(ValueError, match="two or more"):
+        claims.check("C19", device="cpu", scale="tiny", seq_lens=[64])
+    with pytest.raises(ValueError, match="positive integer"):
+        claims.check("C18", device="cpu", scale="tiny", batches=[0])
 
 
 def test_estimate_sweep_and_memory_saved():
