@@ -1,6 +1,7 @@
 """Pictures of measurements: each function takes data measured in this run and returns a
-``matplotlib.figure.Figure`` (not registered with pyplot, so a notebook shows it once and nothing
-leaks between cells). Titles name the hardware and the scale the data came from.
+``matplotlib.figure.Figure``. The figures are not registered with pyplot (nothing leaks between
+cells) and show themselves as PNG in Jupyter, papermill and nbconvert output, with or without an
+inline backend. Titles name the hardware and the scale the data came from.
 
 * ``memory_vs_batch``: peak memory against batch size, one line per gradient mode;
 * ``saving_vs_length``: the fraction of memory saved against sequence length;
@@ -16,7 +17,9 @@ The data come from the claim checks' evidence or from the package's sweeps, e.g.
 """
 from __future__ import annotations
 
-from matplotlib.figure import Figure
+import io
+
+from matplotlib.figure import Figure as _MplFigure
 
 from . import memory as _memory
 
@@ -27,6 +30,15 @@ MODE_COLOURS = {"grad": "#cf222e", "train": "#8250df", "no_grad": "#0969da",
                 "eval+no_grad": "#0969da", "inference_mode": "#1a7f37", "eval": "#9a6700"}
 _MIB = 2 ** 20
 _STYLES = ("-", "--", ":", "-.")
+
+
+class Figure(_MplFigure):
+    """A matplotlib Figure that displays itself as a PNG (IPython's ``_repr_png_``) without pyplot."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        return buf.getvalue()
 
 
 def _colour(mode: str, i: int) -> str:
@@ -249,10 +261,14 @@ def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Fig
         xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(budgets))]
         ys = [data[b].get(mode) or 0 for b in budgets]
         bars = ax.bar(xs, ys, width, label=mode, color=_colour(mode, i))
-        ax.bar_label(bars, labels=[str(y) for y in ys], fontsize=8)
+        ax.bar_label(bars, labels=[str(y) for y in ys], fontsize=7, padding=2,
+                     rotation=90 if len(modes) * len(budgets) > 6 else 0)  # many bars: labels upright
     values = [v for b in budgets for v in data[b].values() if v]
     if values and max(values) > 50 * min(values):  # workloads of very different sizes side by side
         ax.set_yscale("log")
+        ax.set_ylim(top=max(values) * 8)  # room for the labels
+    elif values:
+        ax.set_ylim(top=max(values) * 1.2)
     ax.set_xticks(range(len(budgets)), budgets, fontsize=8)
     ax.set_xlabel("memory budget")
     ax.set_ylabel("largest batch that fits")

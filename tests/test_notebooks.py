@@ -239,6 +239,10 @@ def test_papermill_executes(stem):
             _papermill(stem, {"device": "cpu", "scale": "tiny"}, OUT_DIR / f"{stem}.ipynb")
         finally:
             RUNS[stem] = {"seconds": time.perf_counter() - t0, "peak_rss": rss.peak}
+    executed = _read(OUT_DIR / f"{stem}.ipynb")
+    blank = [i for i, c in enumerate(executed.cells) if c.cell_type == "code" and "plots." in c.source
+             and not any("image/png" in o.get("data", {}) for o in c.outputs)]
+    assert not blank, f"{stem}: cells {blank} draw a picture but show no image"
     assert rss.peak > 0, "the kernel's memory could not be read"
     assert rss.peak <= RSS_LIMIT, f"{stem}: kernel peak RSS {rss.peak / 1e9:.2f} GB > {RSS_LIMIT / 1e9} GB"
 

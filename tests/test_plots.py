@@ -96,6 +96,7 @@ def test_eval_grid_needs_four_cells():
 def test_largest_batch_bars():
     fig = plots.largest_batch({"12 GiB": {"train": 90, "eval+no_grad": 400}, "16 GiB": {"train": 120}},
                               device="cuda (virtual)", scale="full")
+    assert isinstance(fig, Figure) and fig._repr_png_().startswith(b"\x89PNG")  # shows itself in Jupyter
     heights = sorted(int(p.get_height()) for p in fig.axes[0].patches)
     assert heights == [0, 90, 120, 400]
     assert fig.axes[0].get_yscale() == "linear"
