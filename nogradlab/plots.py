@@ -50,6 +50,14 @@ def _title(what: str, device: str, scale: "str | None") -> str:
     return f"{what}\n{tail}"
 
 
+def _log2_axis(ax) -> None:
+    """A base-2 log x axis labelled with plain numbers (8, 16, ...) rather than powers."""
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+
+
 def _rows(data) -> list:
     """A list of dicts from a list of dicts or a pandas DataFrame."""
     if hasattr(data, "to_dict"):
@@ -78,7 +86,7 @@ def memory_vs_batch(rows, *, device: str, scale: "str | None" = None, value: str
             pts = sorted((r["batch"], r[value] / _MIB) for r in mine if r["mode"] == mode)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode,
                     color=_colour(mode, i), ls=_STYLES[i % len(_STYLES)])  # styles: coinciding lines stay visible
-        ax.set_xscale("log", base=2)
+        _log2_axis(ax)
         ax.set_xlabel("batch size")
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
@@ -106,7 +114,7 @@ def saving_vs_length(series: dict, *, device: str, scale: "str | None" = None, x
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=f"C{i}")
     if threshold is not None:
         ax.axhline(100 * threshold, color="#57606a", ls="--", label=threshold_label)
-    ax.set_xscale("log", base=2)
+    _log2_axis(ax)
     ax.set_xlabel(x.replace("_", " "))
     ax.set_ylabel(f"{y.replace('_', ' ')} (%)")
     ax.set_title(_title("Memory saved by no_grad against sequence length", device, scale), fontsize=10)
