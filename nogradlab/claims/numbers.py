@@ -293,6 +293,7 @@ def memory_saved(baseline_total: int, case_total: int) -> float:
     return 1.0 - case_total / baseline_total
 
 
+@functools.lru_cache(maxsize=32)
 def param_bytes(workload: str, scale: str = "full") -> int:
     """Bytes of the workload's parameters (built on the meta device: nothing allocated)."""
     model = workloads.get(workload, scale).build("meta")
@@ -817,7 +818,9 @@ def c20(ctx):
         full_b = workloads.get(name, "full").default_batch
         tr = estimate_row(name, full_b, "train")
         ev = estimate_row(name, full_b, "eval+no_grad")
+        gr = estimate_row(name, full_b, "eval+grad")
         mem = memory_saved(tr["total_peak_bytes"], ev["total_peak_bytes"])
+        mem_fwd = memory_saved(gr["total_peak_bytes"], ev["total_peak_bytes"])
 
         wl = workloads.get(name, ctx.scale)
         _, model, x, y = _build(name, ctx.scale, ctx.device, _speed_batch(ctx, wl), ctx.seed)
@@ -844,7 +847,8 @@ def c20(ctx):
                "memory_saved": mem, "memory_band": art["memory"],
                "speed_gain": speed[0], "speed_gain_ci": speed[1:], "speed_band": art["speed"],
                "batch_factor": factor, "batch_band": art["batch"],
-               "speed_gain_forward_only": fwd_only,
+               "speed_gain_forward_only": fwd_only, "memory_saved_forward_only": mem_fwd,
+               "parameter_bytes": param_bytes(name, "full"), "grad_forward_total_bytes": gr["total_peak_bytes"],
                "time_saved": _saved_triple(cmp, "eval+no_grad")[0],
                "train_total_bytes": tr["total_peak_bytes"], "eval_no_grad_total_bytes": ev["total_peak_bytes"],
                "memory_batch": full_b, "largest_batch": batches,
@@ -855,6 +859,8 @@ def c20(ctx):
             "speed": band_verdict([speed], *art["speed"], higher_is_better=False) == "holds",
             "speed_forward_only": band_verdict([(fwd_only, None, None)], *art["speed"],
                                                higher_is_better=False) == "holds",
+            "memory_forward_only": band_verdict([(mem_fwd, None, None)], *art["memory"],
+                                                higher_is_better=False) == "holds",
             "batch": None if factor is None else
             band_verdict([(factor, None, None)], *art["batch"], higher_is_better=False) == "holds"}
         rows.append(row)
@@ -869,10 +875,13 @@ def c20(ctx):
         + (f"{r['batch_factor']:.1f}" if r["batch_factor"] is not None else " n/a")
         + f" (article {r['batch_band'][0]}-{r['batch_band'][1]})" for r in rows)
     fwd_ok = sum(r["in_band"]["speed_forward_only"] for r in rows)
+    mem_fwd_ok = sum(r["in_band"]["memory_forward_only"] for r in rows)
     summary = (f"{n_ok} of {len(cells)} cells fall in the article's band (memory and batch factor at "
                f"full size on a virtual 16 GiB CUDA device; speed at {ctx.scale} scale on {ctx.device}, "
                f"training step vs eval+no_grad forward). {desc}. Read as grad vs no_grad forward only, "
-               f"{fwd_ok} of {len(rows)} speed cells fall in the band.")
+               f"{fwd_ok} of {len(rows)} speed cells and {mem_fwd_ok} of {len(rows)} memory cells fall in the "
+               "band (memory: " + ", ".join(f"{r['workload']} {_pct(r['memory_saved_forward_only'])}" for r in rows)
+               + ").")
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
                 "definitions": {
                     "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
@@ -881,6 +890,9 @@ def c20(ctx):
                     "speed_gain": "throughput gain t(train step)/t(eval+no_grad forward) - 1, "
                                   f"timing.compare at scale {ctx.scale} on {ctx.device}",
                     "speed_gain_forward_only": "t(eval+grad forward)/t(eval+no_grad forward) - 1",
+                    "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
+                                                 "forward), same estimate; the training step also holds "
+                                                 "gradients and optimizer state (parameter_bytes each)",
                     "batch_factor": "largest batch eval+no_grad / largest batch training step under "
                                     "16 GiB (batch.largest_batch, estimate, virtual CUDA, full size)"},
                 "notes": ["the article's 'recurrent CNN (U-Net-style)' row is a U-Net: a convolutional "
