@@ -80,8 +80,8 @@ def claim_md(cid: str, text: str = ""):
     c = claims.get(cid)
     fig = f"  \n*The article's figure:* **{c.figure}**" if c.figure else ""
     body = f"\n\n{text.strip()}" if text.strip() else ""
-    return md(f"## {cid} — {c.paraphrase}\n\n*Article {('section ' + c.section) if c.section[0].isdigit() else c.section}, "
-              f"kind: {c.kind}.*{fig}{body}")
+    where = {"FAQ": "the article's FAQ", "beyond": "not in the article"}.get(c.section, f"article section {c.section}")
+    return md(f"## {cid} — {c.paraphrase}\n\n*{where[0].upper() + where[1:]}; kind: {c.kind}.*{fig}{body}")
 
 
 def check(cid: str, extra: str = "", show: str = ""):
@@ -445,7 +445,7 @@ some layers compute (dropout, batch normalisation), `no_grad` changes what autog
 quotes a benchmark for each. The grid below shows the two switches are independent.
 """, "runs = 20  # repeated evaluations for the spread of the metric (C16)", "runs=runs") + [
         claim_md("C14", """
-A small network with `Dropout` and `BatchNorm`, run in all four combinations of train/eval and
+A small network with `Dropout` and `BatchNorm`, run in every combination of train/eval and
 grad/no_grad on the same input (same dropout mask).
 """),
         check("C14"),
@@ -456,7 +456,7 @@ assert all((c["saved_bytes"] > 0) == (c["grad_mode"] == "grad") for c in grid)  
 plots.for_claim(r_c14)
 """),
         claim_md("C15", """
-Compared in eval mode, with and without `no_grad`, on the three larger workloads. Equal does not
+Compared in eval mode, with and without `no_grad`, on the larger workloads. Equal does not
 always mean bitwise equal: a model may take a different kernel when grad is off.
 """),
         check("C15"),
@@ -585,8 +585,8 @@ labels = predict(x)
 assert all(report.saved_bytes == 0 for report in decorated.memory.values())
 """),
         claim_md("C23", """
-Measured with `torch.profiler`: the share of time in autograd bookkeeping with and without `no_grad`,
-and the operator counts.
+Measured with PyTorch's profiler: the share of operator time spent in autograd bookkeeping with and
+without `no_grad`, the operator counts, and a training step for reference (where backward runs).
 """),
         check("C23"),
         code("""
