@@ -889,7 +889,8 @@ def c20(ctx):
                                     "memory.estimate at full size and default batch, virtual CUDA",
                     "speed_gain": "throughput gain t(train step)/t(eval+no_grad forward) - 1, "
                                   f"timing.compare at scale {ctx.scale} on {ctx.device}",
-                    "speed_gain_forward_only": "t(eval+grad forward)/t(eval+no_grad forward) - 1",
+                    "speed_gain_forward_only": "t(eval+grad forward)/t(eval+no_grad forward) - 1 (a ratio "
+                                               "of two speedups: no CI here; C03 times it with one)",
                     "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
                                                  "forward), same estimate; the training step also holds "
                                                  "gradients and optimizer state (parameter_bytes each)",
