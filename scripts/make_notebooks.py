@@ -391,7 +391,7 @@ model = wl.build(device).eval()
 batches = [wl.make_input(b, device) for b in batch_sizes * repeats]
 """),
         code("""
-%%memory --out scoped
+%%memory --device {device} --out scoped
 with torch.no_grad():
     outputs = [model(xb) for xb in batches]
 """),
@@ -578,7 +578,7 @@ def predict(batch):
     return model(batch).argmax(dim=1)
 """),
         code("""
-%%modes grad no_grad --rounds 3 --min-run-time 0.05 --out decorated
+%%modes grad no_grad --device {device} --rounds 3 --min-run-time 0.05 --out decorated
 labels = predict(x)
 """),
         code("""
