@@ -127,6 +127,17 @@ def _pct_ci(t) -> str:
     return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
 
 
+WIDE_CI = 0.20  # a 95 % interval wider than 20 percentage points decides little
+
+
+def _wide_note(triples) -> str:
+    """A warning for the summary when some interval is too wide to decide against a band."""
+    n = sum(1 for _, lo, hi in triples if hi - lo > WIDE_CI)
+    return (f" {n} of {len(triples)} intervals are wider than {WIDE_CI:.0%} (a noisy machine): "
+            "those conditions agree with almost any band; rerun with more rounds for a firmer verdict."
+            if n else "")
+
+
 def _forward_fn(model, x, grad_mode):
     """``fn()`` running ``model(x)`` under ``grad_mode`` (a torch grad-mode context factory)."""
 
@@ -351,7 +362,7 @@ def c03(ctx):
     summary = (f"no_grad cut the forward time by {lo:.0%} to {hi:.0%} across {len(rows)} "
                f"workload x batch conditions ({ctx.scale} scale, {ctx.device}); article: 20-40 %. "
                f"Reaches the band (or more) for: {', '.join(inside) or 'none'}; below it: "
-               f"{', '.join(below) or 'none'}.")
+               f"{', '.join(below) or 'none'}." + _wide_note(triples))
     evidence = {"article_band": band, "metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, "
                 "same model and input; CI: 95 % paired bootstrap)", "rows": rows,
                 "agree": inside, "below_band": below, "knobs": _knobs(ctx),
@@ -593,7 +604,7 @@ def c17(ctx):
     summary = (f"Adding no_grad to an eval-mode {name} validation loop ({n} batches of {b}, "
                f"{ctx.scale}, {ctx.device}) cut its time by {_pct_ci(t)} (article: about 35 %); "
                f"accuracy {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f}, predictions "
-               + ("identical." if same_preds else "different."))
+               + ("identical." if same_preds else "different.") + _wide_note([t]))
     evidence = {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": t[1:],
                 "article_band": band, "accuracy": acc, "same_predictions": same_preds,
                 "comparison": cmp.to_dict(), "metric": "time_saved = 1 - t(eval+no_grad)/t(eval)"}
