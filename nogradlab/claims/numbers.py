@@ -892,7 +892,7 @@ def c20(ctx):
                f"training step vs eval+no_grad forward). {desc}. Read as grad vs no_grad forward only, "
                f"{fwd_ok} of {len(rows)} speed cells and {mem_fwd_ok} of {len(rows)} memory cells fall in the "
                "band (memory: " + ", ".join(f"{r['workload']} {_pct(r['memory_saved_forward_only'])}" for r in rows)
-               + ").")
+               + ")." + _wide_note([(r["speed_gain"], *r["speed_gain_ci"]) for r in rows]))
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
                 "definitions": {
                     "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
