@@ -127,14 +127,14 @@ def _pct_ci(t) -> str:
     return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
 
 
-WIDE_CI = 0.20  # a 95 % interval wider than 20 percentage points decides little
-
-
-def _wide_note(triples) -> str:
-    """A warning for the summary when some interval is too wide to decide against a band."""
-    n = sum(1 for _, lo, hi in triples if hi - lo > WIDE_CI)
-    return (f" {n} of {len(triples)} intervals are wider than {WIDE_CI:.0%} (a noisy machine): "
-            "those conditions agree with almost any band; rerun with more rounds for a firmer verdict."
+def _wide_note(items, higher_is_better=True) -> str:
+    """A warning for the summary when, for some ``(triple, band)`` condition, the interval's width
+    rather than its point estimate decided the agreement with the band (a noisy machine)."""
+    n = sum(1 for t, band in items
+            if band_verdict([t], *band, higher_is_better=higher_is_better)
+            != band_verdict([(t[0], t[0], t[0])], *band, higher_is_better=higher_is_better))
+    return (f" For {n} of {len(items)} conditions the interval's width, not the point estimate, "
+            "decided the agreement (a noisy machine): rerun with more rounds for a firmer verdict."
             if n else "")
 
 
@@ -362,7 +362,7 @@ def c03(ctx):
     summary = (f"no_grad cut the forward time by {lo:.0%} to {hi:.0%} across {len(rows)} "
                f"workload x batch conditions ({ctx.scale} scale, {ctx.device}); article: 20-40 %. "
                f"Reaches the band (or more) for: {', '.join(inside) or 'none'}; below it: "
-               f"{', '.join(below) or 'none'}." + _wide_note(triples))
+               f"{', '.join(below) or 'none'}." + _wide_note([(t, band) for t in triples]))
     evidence = {"article_band": band, "metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, "
                 "same model and input; CI: 95 % paired bootstrap)", "rows": rows,
                 "agree": inside, "below_band": below, "knobs": _knobs(ctx),
@@ -604,7 +604,7 @@ def c17(ctx):
     summary = (f"Adding no_grad to an eval-mode {name} validation loop ({n} batches of {b}, "
                f"{ctx.scale}, {ctx.device}) cut its time by {_pct_ci(t)} (article: about 35 %); "
                f"accuracy {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f}, predictions "
-               + ("identical." if same_preds else "different.") + _wide_note([t]))
+               + ("identical." if same_preds else "different.") + _wide_note([(t, band)]))
     evidence = {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": t[1:],
                 "article_band": band, "accuracy": acc, "same_predictions": same_preds,
                 "comparison": cmp.to_dict(), "metric": "time_saved = 1 - t(eval+no_grad)/t(eval)"}
@@ -892,7 +892,8 @@ def c20(ctx):
                f"training step vs eval+no_grad forward). {desc}. Read as grad vs no_grad forward only, "
                f"{fwd_ok} of {len(rows)} speed cells and {mem_fwd_ok} of {len(rows)} memory cells fall in the "
                "band (memory: " + ", ".join(f"{r['workload']} {_pct(r['memory_saved_forward_only'])}" for r in rows)
-               + ")." + _wide_note([(r["speed_gain"], *r["speed_gain_ci"]) for r in rows]))
+               + ")." + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
+                                   higher_is_better=False))
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
                 "definitions": {
                     "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
