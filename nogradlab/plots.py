@@ -26,8 +26,8 @@ from . import memory as _memory
 __all__ = ["memory_vs_batch", "saving_vs_length", "article_table", "timeline",
            "eval_grid", "largest_batch", "for_claim", "CLAIM_FIGURES", "MODE_COLOURS"]
 
-MODE_COLOURS = {"grad": "#cf222e", "train": "#8250df", "no_grad": "#0969da",
-                "eval+no_grad": "#0969da", "inference_mode": "#1a7f37", "eval": "#9a6700"}
+# colour by the gradient mode in a mode or setting name ("eval+no_grad" is drawn as no_grad)
+MODE_COLOURS = {"train": "#8250df", "inference_mode": "#1a7f37", "no_grad": "#0969da", "grad": "#cf222e"}
 _MIB = 2 ** 20
 _STYLES = ("-", "--", ":", "-.")
 
@@ -42,20 +42,29 @@ class Figure(_MplFigure):
 
 
 def _colour(mode: str, i: int) -> str:
-    return MODE_COLOURS.get(mode, f"C{i}")
+    parts = str(mode).split("+")
+    return next((c for name, c in MODE_COLOURS.items() if name in parts), f"C{i}")
 
 
 def _title(what: str, device: str, scale: "str | None") -> str:
+    """Two lines: what is drawn, and where (a device name is replaced by its hardware label)."""
+    from . import device as _device
+
+    if str(device).split(":")[0] in ("cpu", "cuda", "mps"):
+        try:
+            device = _device.label(_device.describe(device))
+        except (ValueError, RuntimeError):
+            pass  # a device this machine lacks: keep the name
     tail = f"{device}" + (f", scale {scale}" if scale else "")
     return f"{what}\n{tail}"
 
 
 def _log2_axis(ax) -> None:
     """A base-2 log x axis labelled with plain numbers (8, 16, ...) rather than powers."""
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
 
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
 def _rows(data) -> list:

@@ -223,8 +223,9 @@ runs
 ### What "nothing is stored" looks like
 
 Live tensor memory during one forward pass of a small ResNet-50, measured event by event. With grad
-on, every layer's saved activations stay alive until the pass ends; under `no_grad` each intermediate
-is freed as soon as the next layer has used it, so the curve saws up and down instead of climbing.
+on, every layer's saved activations stay alive until the pass ends; under `no_grad` (and
+`inference_mode`, see notebook 09) each intermediate is freed as soon as the next layer has used it, so
+the curve saws up and down instead of climbing.
 """),
         code("""
 from nogradlab import memory, modes, workloads
@@ -240,7 +241,7 @@ def forward_under(mode):
     return run
 
 reports = {m: memory.measure(forward_under(m), device, method="storage", timeline=True, label=m)
-           for m in ("grad", "no_grad")}
+           for m in ("grad", "no_grad", "inference_mode")}
 for r in reports.values():
     print(r)
 plots.timeline(reports, device=device, scale=scale, title=f"Live memory during one {wl.name} forward pass")
@@ -507,6 +508,17 @@ peak includes the weights and the input, which are there in both modes.
         check("C18", "batches=batch_sizes"),
         code("""
 plots.for_claim(r_c18)
+"""),
+        md("""
+The same forward pass at the article's ResNet-50 size, with `inference_mode` beside `no_grad`: exact
+estimates from fake tensors on a virtual GPU, so nothing is allocated and no GPU is needed.
+"""),
+        code("""
+from nogradlab.claims.numbers import estimate_sweep
+
+rows = estimate_sweep("resnet50", [1, 8, 32], ("eval+grad", "eval+no_grad", "eval+inference_mode"))
+plots.memory_vs_batch(rows, device="virtual CUDA device (exact estimates)", scale="full", value="total_peak_bytes",
+                      title="Peak memory of one forward pass, weights and input included")
 """),
         claim_md("C19", "The saving against the sequence length, on the transformer workload."),
         check("C19", "seq_lens=seq_lens"),

@@ -88,7 +88,7 @@ def test_eval_grid_needs_four_cells():
              "eval+no_grad": {"saved_bytes": 0}}
     fig = plots.eval_grid(cells, device="cpu", scale="tiny")
     text = _texts(fig)
-    assert "saved_bytes: 2.00 KiB" in text and "model.eval()" in text and "cpu, scale tiny" in text
+    assert "saved_bytes: 2.00 KiB" in text and "model.eval()" in text and "(cpu, " in text and "scale tiny" in text
     with pytest.raises(ValueError, match="missing: eval\\+no_grad"):
         plots.eval_grid({k: v for k, v in cells.items() if k != "eval+no_grad"}, device="cpu")
 
