@@ -287,59 +287,17 @@ def charts(doc: dict, refs=()) -> list:
     return out
 
 
-def _c20_table(c, plots, dev):
-    """C20: the article's table beside this run (memory saved, speed gained, batch factor)."""
-    rows = []
-    for r in c["evidence"]["rows"]:
-        wl = r.get("article_label") or r["workload"]
-        ci = r.get("speed_gain_ci") or [None, None]
-        rows += [{"workload": wl, "quantity": "memory saved %", "measured": 100 * r["memory_saved"],
-                  "low": 100 * r["memory_band"][0], "high": 100 * r["memory_band"][1]},
-                 {"workload": wl, "quantity": "speed gained %", "measured": 100 * r["speed_gain"],
-                  "ci_low": None if ci[0] is None else 100 * ci[0],
-                  "ci_high": None if ci[1] is None else 100 * ci[1],
-                  "low": 100 * r["speed_band"][0], "high": 100 * r["speed_band"][1]},
-                 {"workload": wl, "quantity": "batch factor x", "measured": r["batch_factor"],
-                  "low": r["batch_band"][0], "high": r["batch_band"][1]}]
-    return plots.article_table(rows, device=dev, scale=c["scale"])
-
-
-def _c09_batches(c, plots, dev):
-    """C09: the largest ResNet-50 batch under the 12 GiB budget, per mode."""
-    ev = c["evidence"]
-    budget = f"{ev['budget_bytes'] / 2 ** 30:g} GiB"
-    how = "real OOM search" if ev.get("method") == "search" else "exact fake-tensor estimate"
-    return plots.largest_batch({budget: ev["batches"]}, device=f"{dev}; {ev['workload']}, {how}", scale="full")
-
-
-def _c18_memory(c, plots, dev):
-    """C18: total memory of one forward pass against batch size, grad vs no_grad (largest workload)."""
-    measured = c["evidence"]["measured"]
-    wl = max(measured, key=lambda r: r["grad_total_bytes"])["workload"]
-    rows = [{"workload": wl, "mode": mode, "batch": r["batch"], "total_bytes": r[f"{mode}_total_bytes"]}
-            for r in measured if r["workload"] == wl for mode in ("grad", "no_grad")]
-    return plots.memory_vs_batch(rows, device=dev, scale=c["scale"])
-
-
-def _c14_grid(c, plots, dev):
-    """C14: train/eval x grad/no_grad, what each switch changes."""
-    cells = {(g["model_mode"], g["grad_mode"]): {"output differs from eval+grad by": g["max_abs_diff_vs_eval_grad"],
-                                                 "requires_grad": g["requires_grad"],
-                                                 "saved_bytes": g["saved_bytes"],
-                                                 "BN stats updated": g["bn_running_stats_updated"]}
-             for g in c["evidence"]["grid"]}
-    return plots.eval_grid(cells, device=dev, scale=c["scale"])
-
-
-# (claim id, title, adapter from the claim's evidence to a nogradlab.plots figure, caption)
+# (claim id, title, caption): each chart is ``nogradlab.plots.for_claim`` of the claim's evidence
 _KEY_CHARTS = [
-    ("C20", "C20: the article's table, measured", _c20_table,
+    ("C20", "C20: the article's table, measured",
      "Grey: the article's band (16 GB GPU); blue: this run, training step vs eval + no_grad forward."),
-    ("C09", "C09: largest batch under the article's 12 GiB", _c09_batches,
+    ("C09", "C09: largest batch under the article's 12 GiB",
      "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
-    ("C18", "C18: peak memory against batch size", _c18_memory,
+    ("C18", "C18: peak memory against batch size",
      "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
-    ("C14", "C14: eval() and no_grad are independent", _c14_grid,
+    ("C21", "C19/C21: memory saved against sequence length",
+     "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
+    ("C14", "C14: eval() and no_grad are independent",
      "eval changes the outputs; no_grad changes only what is tracked and saved."),
 ]
 
@@ -352,12 +310,11 @@ def _plot_specs(doc: dict) -> list:
     except ImportError:
         return []
     by_id = {c["id"]: c for c in doc["claims"]}
-    dev = doc["meta"]["device_label"]
     specs = []
-    for cid, title, adapt, caption in _KEY_CHARTS:
+    for cid, title, caption in _KEY_CHARTS:
         c = by_id.get(cid)
         if c is not None and c["verdict"] is not None:
-            specs.append((title, (lambda c=c, adapt=adapt: adapt(c, plots, dev)), caption))
+            specs.append((title, (lambda c=c: plots.for_claim(c)), caption))
     return specs
 
 
