@@ -457,7 +457,48 @@ def _run_workload(workload, scale, batch, modes_, dev, memory_source, *, rounds,
 # explorer
 
 
-class Explorer:
+class _LiveView:
+    """What the two live widgets share: progress, the error box, and redrawing the result."""
+
+    verb = "measurement"
+
+    def _step(self, done, total, text):
+        self.progress.max = max(total, 1)
+        self.progress.value = done
+        self.status.value = f"{self.verb} #{self.runs + 1}: {html.escape(text)}..."
+
+    def _failed(self, e):
+        self.error = f"{type(e).__name__}: {e}"
+        self.error_box.value = _error_html(e)
+        self.status.value = f"{self.verb} #{self.runs + 1} failed"
+
+    def _show(self, res, text):
+        from IPython.display import HTML, Image, display
+
+        self.runs += 1
+        self.result, self.error = res, None
+        self.progress.value = self.progress.max
+        self.status.value = (f"<span class='nogradlab-status'>{self.verb} #{self.runs}: "
+                             f"{html.escape(text)}</span>")
+        self.output.clear_output(wait=True)
+        with self.output:
+            display(HTML(_html_table(*res._rows())))
+            display(Image(data=res.png(), format="png"))
+        return res
+
+    def refresh(self):
+        raise NotImplementedError
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.widget)
+        if not self._shown:
+            self._shown = True
+            self.refresh()
+
+
+class Explorer(_LiveView):
     """The controls of :func:`explorer` and what they last produced.
 
     ``widget`` is the ipywidgets box; ``measure()`` runs one measurement with the current control
@@ -519,15 +560,8 @@ class Explorer:
     def modes(self) -> list:
         return [m for m, box in self.mode_boxes.items() if box.value]
 
-    def _step(self, done, total, text):
-        self.progress.max = max(total, 1)
-        self.progress.value = done
-        self.status.value = f"measurement #{self.runs + 1}: {html.escape(text)}..."
-
     def measure(self):
         """Measure with the current control values and redraw; errors go to the error box."""
-        from IPython.display import HTML, Image, display
-
         self.button.disabled = True
         self.error_box.value = ""
         try:
@@ -537,30 +571,13 @@ class Explorer:
                                 dev, self.memory_source.value, rounds=self.rounds,
                                 min_run_time=self.min_run_time, on_step=self._step)
         except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
-            self.error = f"{type(e).__name__}: {e}"
-            self.error_box.value = _error_html(e)
-            self.status.value = f"measurement #{self.runs + 1} failed"
+            self._failed(e)
             return None
         finally:
             self.button.disabled = False
-        self.runs += 1
-        self.result, self.error = res, None
-        self.progress.value = self.progress.max
-        self.status.value = (f"<span class='nogradlab-status'>measurement #{self.runs}: "
-                             f"{html.escape(res.title)}, done in {res.seconds:.1f} s</span>")
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(HTML(_html_table(*res._rows())))
-            display(Image(data=res.png(), format="png"))
-        return res
+        return self._show(res, f"{res.title}, done in {res.seconds:.1f} s")
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
-        if not self._shown:
-            self._shown = True
-            self.measure()
+    refresh = measure
 
 
 def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = None,
@@ -633,7 +650,7 @@ def _check_budget_device(device) -> str:
     return str(_device.resolve(device))
 
 
-class BudgetExplorer:
+class BudgetExplorer(_LiveView):
     """The controls of :func:`budget_explorer`: a GiB slider, workload, scale, device; every
     change recomputes the largest batch per mode (cached). ``result`` / ``error`` / ``runs`` as
     in :class:`Explorer`."""
@@ -670,15 +687,10 @@ class BudgetExplorer:
         self.widget.add_class("nogradlab-budget-explorer")
         self._shown = False
 
-    def _step(self, done, total, text):
-        self.progress.max = max(total, 1)
-        self.progress.value = done
-        self.status.value = f"computation #{self.runs + 1}: {html.escape(text)}..."
+    verb = "computation"
 
     def compute(self):
         """Recompute with the current control values; errors go to the error box."""
-        from IPython.display import HTML, Image, display
-
         self.error_box.value = ""
         try:
             dev = _check_budget_device(self.device.value)
@@ -686,27 +698,11 @@ class BudgetExplorer:
                                   self.modes_, method=self.method, on_step=self._step,
                                   cache=self._cache)
         except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
-            self.error = f"{type(e).__name__}: {e}"
-            self.error_box.value = _error_html(e)
-            self.status.value = f"computation #{self.runs + 1} failed"
+            self._failed(e)
             return None
-        self.runs += 1
-        self.result, self.error = res, None
-        self.status.value = (f"<span class='nogradlab-status'>computation #{self.runs}: "
-                             f"{html.escape(res._caption())}, {res.seconds:.1f} s</span>")
-        self.output.clear_output(wait=True)
-        with self.output:
-            display(HTML(_html_table(*res._rows())))
-            display(Image(data=res.png(), format="png"))
-        return res
+        return self._show(res, f"{res._caption()}, {res.seconds:.1f} s")
 
-    def _ipython_display_(self):
-        from IPython.display import display
-
-        display(self.widget)
-        if not self._shown:
-            self._shown = True
-            self.compute()
+    refresh = compute
 
 
 def budget_explorer(workload: str = "resnet50", scale: str = "full", device: str = "cuda",
