@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .. import device as _device
+from .. import memory as _memory
 from .. import workloads as _workloads
 
 __all__ = ["VERDICTS", "KINDS", "Claim", "Result", "Context", "ids", "get", "all_claims", "check",
@@ -251,6 +252,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
         verdict, summary, evidence = fn(Context(dev, scale, seed, dict(params)))
     finally:
         torch.set_grad_enabled(grad)
+        _memory.release()  # the check's models and tensors are gone: hand their pages back
     if verdict not in VERDICTS:
         raise RuntimeError(f"check {claim_id} returned verdict {verdict!r}; allowed: {', '.join(VERDICTS)}")
     result = Result(id=claim.id, verdict=verdict, summary=summary, evidence=evidence, figure=claim.figure,
