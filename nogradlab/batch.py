@@ -273,9 +273,10 @@ def measured_bytes(workload: str, mode: str, batch: int, device="cpu", *, scale:
     _workloads.check_batch(batch)
 
     def step(b):
-        torch.manual_seed(0)
-        model = wl.build(dev)
-        x = wl.make_input(b, dev)
+        with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+            torch.manual_seed(0)
+            model = wl.build(dev)
+            x = wl.make_input(b, dev)
         entry = [x]
         if mode == "train":
             y = wl.make_target(b, dev)
@@ -307,7 +308,9 @@ def memory_cap(budget_bytes: int, device):
     if budget_bytes > total:
         raise ValueError(f"budget {_memory.format_bytes(budget_bytes)} exceeds the device's "
                          f"{_memory.format_bytes(total)}")
-    previous = torch.cuda.get_per_process_memory_fraction(device)
+    # get_per_process_memory_fraction is recent (torch 2.6); before it the default cap was 1.0
+    getter = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    previous = getter(device) if getter is not None else 1.0
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(budget_bytes / total, device)

@@ -635,9 +635,10 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
             attempts = [dev, torch.device("cpu")]
     last_error = None
     for target_dev in attempts:
-        torch.manual_seed(seed)
         try:
-            with FakeTensorMode(allow_non_fake_inputs=False):
+            # seeded for reproducible shapes of random choices, without touching the caller's RNG
+            with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=False):
+                torch.manual_seed(seed)
                 fn, model, entry = _build_step(wl, batch, target_dev, step, mode, optimizer, dtype)
                 base = _entry_bytes(model, entry, block)
                 report = _run(fn, target_dev, "storage", (), timeline, block,

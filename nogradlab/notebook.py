@@ -25,6 +25,10 @@ SWEEP_KINDS = {"batch": "count", "batch_sizes": "count", "repeats": "count", "ru
                "requests": "count", "seq_lens": "count", "budget_gib": "number"}
 
 
+# the sweeps that are lists (and how many values each needs); the others are single values
+LIST_SWEEPS = {"batch_sizes": 1, "seq_lens": 2}
+
+
 def _as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
@@ -36,6 +40,13 @@ def _check_sweep(name: str, value):
                          f"{', '.join(SWEEP_KINDS)}")
     if value is None:  # None: the check's own default
         return value
+    if name in LIST_SWEEPS:
+        need = LIST_SWEEPS[name]
+        if not isinstance(value, (list, tuple)) or len(value) < need:
+            raise ValueError(f"{name} must be a list of at least {need} positive integer(s), e.g. "
+                             f"[1, 2, 4], or None for the check's default; got {value!r}")
+    elif isinstance(value, (list, tuple)):
+        raise ValueError(f"{name} must be a single value, got the list {value!r}")
     values = _as_list(value)
     if not values:
         raise ValueError(f"{name} must not be empty")

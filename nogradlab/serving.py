@@ -58,10 +58,11 @@ class _State:
     """What the handler needs: the model, its input, the worker pool, and what it keeps."""
 
     def __init__(self, variant, wl, dev, batch, seed):
-        torch.manual_seed(seed)
         self.variant, self.device = variant, dev
-        self.model = wl.build(dev).eval()
-        self.x = wl.make_input(batch, dev)
+        with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+            torch.manual_seed(seed)
+            self.model = wl.build(dev).eval()
+            self.x = wl.make_input(batch, dev)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-worker")
         self.kept = []  # keep_outputs: every output, as a buggy server keeps them
         self.outputs = []  # (weakref to each output, its retained bytes)

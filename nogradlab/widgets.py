@@ -428,9 +428,10 @@ def _run_workload(workload, scale, batch, modes_, dev, memory_source, *, rounds,
     start = _time.perf_counter()
     wl = _workloads.get(workload, scale)
     batch = batch or wl.default_batch
-    torch.manual_seed(0)
-    model = wl.build(dev).eval()
-    x = wl.make_input(batch, dev)
+    with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+        torch.manual_seed(0)
+        model = wl.build(dev).eval()
+        x = wl.make_input(batch, dev)
     title = f"{workload} ({scale}), batch {batch}, {_device.label(_device.describe(dev))}"
     k = len(modes_)
     if memory_source == "estimate":

@@ -300,7 +300,8 @@ compares the outputs.
         check("C07"),
         code("""
 ev = r_c07.evidence
-assert ev["max_abs_output_diff"] == 0  # the operators ran and computed the same thing
+assert ev["max_abs_output_diff"] <= 1e-5  # the operators ran and computed the same thing
+print("largest output difference, grad vs no_grad:", ev["max_abs_output_diff"])
 assert ev["reports"]["grad"]["saved_bytes"] > 0 and ev["reports"]["no_grad"]["saved_bytes"] == 0
 """),
         claim_md("C08", """
@@ -694,9 +695,9 @@ assert ev["main_thread_after_that"] is True
 def nb_08():
     stem = "08_faq"
     return head(stem, """
-The article ends with questions and answers. Three of them make checkable claims: when not to use
-`no_grad`, what memory it does not remove, and how factory functions behave inside it. (The question on
-stacking with autocast is checked in notebook 06.)
+The article ends with questions and answers. This notebook checks the ones on when not to use
+`no_grad`, what memory it does not remove, and how factory functions behave inside it. (Whether outputs
+change is checked in notebook 04, stacking with autocast in notebook 06.)
 """, "") + [
         claim_md("C27", """
 A gradient penalty computed inside `no_grad` still changes the loss value, but no gradient flows

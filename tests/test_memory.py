@@ -306,3 +306,10 @@ def test_nested_allocator_probes(fake_cuda):
             fa.free(4000)
         assert inner2.peak() == 5000
         assert outer.peak() == 5000 and outer.current() == 1000
+
+
+def test_estimate_leaves_the_callers_rng_alone():
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    memory.estimate("mlp", 2, "cpu", "no_grad", seed=7)
+    assert torch.equal(before, torch.get_rng_state())

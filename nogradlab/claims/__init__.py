@@ -69,8 +69,8 @@ _TABLE = [
      None, "semantic"),
     ("C07", "2", "operators still run under no_grad but record nothing for backward", None, "semantic"),
     ("C08", "2", "what backward keeps is the largest share of GPU memory in training", None, "numeric"),
-    ("C09", "2", "ResNet-50 on a 12 GB GPU fits about 2.5x larger validation batches under no_grad than in "
-     "training", "~2.5x", "numeric"),
+    ("C09", "2", "on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the "
+     "training batch", "~2.5x", "numeric"),
     ("C10", "2", "no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds",
      "0.4", "historical"),
     ("C11", "2", "more than 60 % of tutorials and framework internals use no_grad by default", ">60 %",

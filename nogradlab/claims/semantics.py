@@ -276,8 +276,9 @@ def c10(ctx):
                f"{torch.__version__} Variable(x, volatile=True) returns a plain {type(v).__name__}, warns "
                f"({len(messages)} warning(s)) and has no effect (x * volatile_v still has grad_fn "
                f"{_tracking(y)['grad_fn']}). "
-               "The article's date holds; what no_grad replaced was the volatile flag more than the "
-               "detach/clone workarounds it names.")
+               + ("The article's date holds; " if ok else "This run does not support the article's date; ")
+               + "what no_grad replaced was the volatile flag more than the detach/clone workarounds it "
+               "names.")
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
