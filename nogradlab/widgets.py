@@ -114,8 +114,19 @@ def _error_html(exc: BaseException) -> str:
 # results
 
 
+class _Shown:
+    """How a result shows itself: its table (``_rows``) and figure, under its caption."""
+
+    def png(self) -> bytes:
+        return _png(self.figure())
+
+    def _repr_html_(self) -> str:
+        return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
+                f"{_img_html(self.png())}</div>")
+
+
 @dataclass
-class ModesResult:
+class ModesResult(_Shown):
     """Memory and time of the same call under several gradient modes (settings).
 
     ``memory[mode]`` is a :class:`nogradlab.memory.MemoryReport` (measured or estimated, see
@@ -238,16 +249,10 @@ class ModesResult:
         fig.tight_layout()
         return fig
 
-    def png(self) -> bytes:
-        return _png(self.figure())
-
-    def _repr_html_(self) -> str:
-        return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
-                f"{_img_html(self.png())}</div>")
 
 
 @dataclass
-class BudgetResult:
+class BudgetResult(_Shown):
     """Largest batch per mode that fits ``budget_bytes`` on ``device`` (from
     :func:`nogradlab.batch.largest_batch`); ``results[mode]`` is its ``BatchResult``."""
 
@@ -299,12 +304,6 @@ class BudgetResult:
         fig.tight_layout()
         return fig
 
-    def png(self) -> bytes:
-        return _png(self.figure())
-
-    def _repr_html_(self) -> str:
-        return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
-                f"{_img_html(self.png())}</div>")
 
 
 # --------------------------------------------------------------------------------------------
