@@ -250,7 +250,6 @@ class ModesResult(_Shown):
         return fig
 
 
-
 @dataclass
 class BudgetResult(_Shown):
     """Largest batch per mode that fits ``budget_bytes`` on ``device`` (from
@@ -303,7 +302,6 @@ class BudgetResult(_Shown):
         ax.set_title(self._caption(), fontsize=9)
         fig.tight_layout()
         return fig
-
 
 
 # --------------------------------------------------------------------------------------------
