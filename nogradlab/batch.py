@@ -207,28 +207,16 @@ def frozen_gc():
 # the two predicates
 
 
-_FASTPATH_NOTE = ("estimated with nn.TransformerEncoder's fused inference fast path switched off: "
-                  "that path runs a whole layer inside one operator whose temporaries the tracker "
-                  "cannot see; a real run on the fast path may need less")
-
-
 @functools.lru_cache(maxsize=4096)
 def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str) -> tuple:
     """(total estimated peak: weights, inputs and everything the step allocates; the estimate's
-    notes). The transformer fast path is off while estimating (see ``_FASTPATH_NOTE``), whatever
-    the caller set, so results are deterministic and cached."""
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        if mode == "train":
-            r = _memory.estimate(workload, batch, dev, step="train", scale=scale)
-        else:
-            r = _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale)
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
-    notes = tuple(r.notes) + ((_FASTPATH_NOTE,) if workload == "transformer_base" and mode != "train"
-                              else ())
-    return int(r.total_peak_bytes), notes
+    notes). Estimates are deterministic (``memory.estimate`` switches the transformer fast path
+    off itself), so they are cached."""
+    if mode == "train":
+        r = _memory.estimate(workload, batch, dev, step="train", scale=scale)
+    else:
+        r = _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale)
+    return int(r.total_peak_bytes), tuple(r.notes)
 
 
 def _real_runner(wl, mode: str, dev: torch.device):

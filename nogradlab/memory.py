@@ -43,6 +43,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
+           "fused_paths_off", "FUSED_PATH_NOTE",
            "METHODS", "STEPS", "CUDA_BLOCK"]
 
 METHODS = ("auto", "storage", "allocator")
@@ -126,6 +127,28 @@ class MemoryReport:
             ("saved for backward", f"{format_bytes(self.saved_bytes)} ({self.saved_tensors} storages)"),
             ("method", f"{self.method} on {self.device}")))
         return f"<table>{rows}</table>"
+
+
+FUSED_PATH_NOTE = ("estimated with PyTorch's fused transformer fast path off: that path runs a whole "
+                   "layer inside one operator whose temporaries no tracker can see; a real run that "
+                   "takes it may need less")
+
+
+@contextlib.contextmanager
+def fused_paths_off():
+    """Switch off ``nn.MultiheadAttention``/``nn.TransformerEncoderLayer``'s fused inference fast
+    path inside the block (it computes a whole layer inside one operator, hiding its temporaries
+    from storage tracking); the previous setting is restored on exit, also on error."""
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    fast = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(fast)
 
 
 def release() -> None:
@@ -637,9 +660,13 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     for target_dev in attempts:
         try:
             # seeded for reproducible shapes of random choices, without touching the caller's RNG
-            with torch.random.fork_rng(devices=[]), FakeTensorMode(allow_non_fake_inputs=False):
+            with torch.random.fork_rng(devices=[]), fused_paths_off(), \
+                    FakeTensorMode(allow_non_fake_inputs=False):
                 torch.manual_seed(seed)
                 fn, model, entry = _build_step(wl, batch, target_dev, step, mode, optimizer, dtype)
+                fused = step == "forward" and any(
+                    isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
+                    for m in model.modules())
                 base = _entry_bytes(model, entry, block)
                 report = _run(fn, target_dev, "storage", (), timeline, block,
                               f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
@@ -655,6 +682,6 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                          f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
         report.device = str(dev)
         report.baseline_bytes = base
-        report.notes = notes + report.notes
+        report.notes = notes + ([FUSED_PATH_NOTE] if fused else []) + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover

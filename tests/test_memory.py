@@ -313,3 +313,16 @@ def test_estimate_leaves_the_callers_rng_alone():
     before = torch.get_rng_state()
     memory.estimate("mlp", 2, "cpu", "no_grad", seed=7)
     assert torch.equal(before, torch.get_rng_state())
+
+
+def test_estimate_switches_the_fused_transformer_path_off_and_says_so():
+    before = torch.backends.mha.get_fastpath_enabled()
+    r = memory.estimate("transformer_base", 2, "cpu", "eval+no_grad")
+    assert memory.FUSED_PATH_NOTE in r.notes
+    assert torch.backends.mha.get_fastpath_enabled() == before
+    assert memory.FUSED_PATH_NOTE not in memory.estimate("mlp", 2, "cpu", "eval+no_grad").notes
+    with pytest.raises(Boom):
+        with memory.fused_paths_off():
+            assert not torch.backends.mha.get_fastpath_enabled()
+            raise Boom()
+    assert torch.backends.mha.get_fastpath_enabled() == before

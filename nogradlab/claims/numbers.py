@@ -221,13 +221,8 @@ def accounting():
     """Memory probes that see every allocation, quickly: ``nn.TransformerEncoder``'s fused fast
     path is switched off (it hides a layer's temporaries inside one operator) and the garbage
     collector's old objects are frozen (:func:`nogradlab.batch.frozen_gc`). Both restored on exit."""
-    fast = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with _batch.frozen_gc():
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fast)
+    with memory.fused_paths_off(), _batch.frozen_gc():
+        yield
 
 
 def with_seq_len(wl: workloads.Workload, seq_len: int) -> workloads.Workload:
