@@ -277,10 +277,12 @@ def measured_bytes(workload: str, mode: str, batch: int, device="cpu", *, scale:
             def fn():
                 with modes.setting(_SETTINGS[mode], model=model, device=dev):
                     return model(x)
-        with frozen_gc():
+        # off CUDA the storage tracker cannot see inside the fused transformer path: measure
+        # without it, as the estimate does (the allocator on CUDA sees everything)
+        fused_off = _memory.fused_paths_off() if dev.type != "cuda" else contextlib.nullcontext()
+        with frozen_gc(), fused_off:
             rep = _memory.measure(fn, dev)
-        block = _memory.CUDA_BLOCK if dev.type == "cuda" else 1
-        return _memory._entry_bytes(model, entry, block) + rep.peak_bytes
+        return _memory.resident_bytes(model, entry, dev) + rep.peak_bytes
 
     if warmup and dev.type == "cuda":
         step(1)

@@ -43,7 +43,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
-           "fused_paths_off", "FUSED_PATH_NOTE",
+           "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes",
            "METHODS", "STEPS", "CUDA_BLOCK"]
 
 METHODS = ("auto", "storage", "allocator")
@@ -601,6 +601,14 @@ def _build_step(wl, batch, dev, step, mode, optimizer, dtype):
 
         entry = [x]
     return fn, model, entry
+
+
+def resident_bytes(model, tensors=(), device=None) -> int:
+    """Bytes of ``model``'s parameters and buffers plus ``tensors`` (inputs, targets), distinct
+    storages once each, rounded as ``device`` rounds them (CUDA's 512-byte blocks): what is
+    resident before a step, to add to a report's ``peak_bytes`` for the device's total."""
+    dev = torch.device(device) if device is not None else None
+    return _entry_bytes(model, tensors, CUDA_BLOCK if dev is not None and dev.type == "cuda" else 1)
 
 
 def _entry_bytes(model, tensors, block) -> int:

@@ -300,8 +300,7 @@ def measure_forward(model, x, setting: str, device, num_threads: "int | None" = 
     dev = torch.device(device)
     with accounting(), _torch_threads(num_threads):
         rep = memory.measure(fn, dev)
-    block = memory.CUDA_BLOCK if dev.type == "cuda" else 1
-    resident = memory._entry_bytes(model, [x], block)
+    resident = memory.resident_bytes(model, [x], dev)
     return {"batch": int(x.shape[0]), "setting": setting, "method": rep.method,
             "device": str(dev), "peak_bytes": rep.peak_bytes, "resident_bytes": resident,
             "total_peak_bytes": resident + rep.peak_bytes, "saved_bytes": rep.saved_bytes}
