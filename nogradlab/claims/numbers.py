@@ -629,6 +629,9 @@ def c18(ctx):
     measurements of the ``ctx.scale`` models on ``ctx.device`` over a batch sweep, and estimates
     at the article's sizes on a virtual CUDA device. Knobs: ``batches``, ``full_batches``."""
     real, est = [], []
+    for key in ("batches", "full_batches"):  # both lists checked before any model is built
+        if ctx.params.get(key) is not None:
+            _batches(ctx, key, ())
     for name in FEED_FORWARD:
         wl, model, _, _ = _build(name, ctx.scale, ctx.device, 1, ctx.seed)
         d = wl.default_batch
