@@ -187,6 +187,8 @@ def test_bad_input_is_refused_with_allowed_values():
         claims.check("C19", device="cpu", scale="tiny", seq_lens=[64])
     with pytest.raises(ValueError, match="positive integer"):
         claims.check("C18", device="cpu", scale="tiny", batches=[0])
+    with pytest.raises(ValueError, match="positive integer"):  # refused before the real runs
+        claims.check("C18", device="cpu", scale="tiny", full_batches=[-1])
 
 
 def test_estimate_sweep_and_memory_saved():
