@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import threading
 import weakref
 from dataclasses import asdict, dataclass, field
 
@@ -202,8 +203,11 @@ class _ModuleStack:
         self.calls: dict = {}
         self.excluded = WeakIdKeyDictionary()  # storages of parameters and buffers
         self._handles = []
+        self._thread = None
 
     def _pre(self, module, args):
+        if threading.get_ident() != self._thread:  # the hooks are global; the probe is not
+            return
         if id(module) not in self.seen:
             self.seen[id(module)] = module
             for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
@@ -214,6 +218,8 @@ class _ModuleStack:
         self.stack.append(module)
 
     def _post(self, module, args, output):
+        if threading.get_ident() != self._thread:
+            return
         # pop the innermost matching frame (robust to hooks that raise half way)
         for i in range(len(self.stack) - 1, -1, -1):
             if self.stack[i] is module:
@@ -227,6 +233,7 @@ class _ModuleStack:
     def __enter__(self):
         from torch.nn.modules import module as _m
 
+        self._thread = threading.get_ident()
         self._handles = [_m.register_module_forward_pre_hook(self._pre),
                          _m.register_module_forward_hook(self._post, always_call=True)]
         return self
@@ -319,7 +326,6 @@ class _LiveTracker(TorchDispatchMode):
         self.per_module: dict = {}
         self.timeline = [] if timeline else None
         self._events = 0
-        self._orig_resize = None
 
     def _event(self, label):
         self._events += 1
@@ -386,27 +392,46 @@ class _LiveTracker(TorchDispatchMode):
         return out
 
     def __enter__(self):
-        # ``UntypedStorage.resize_`` bypasses the dispatcher (as mem_tracker notes): patch it.
-        self._orig_resize = torch.UntypedStorage.resize_
-        tracker, orig = self, self._orig_resize
-
-        def resize_(st, size):
-            r = orig(st, size)
-            tracker._resized(st)
-            return r
-
-        torch.UntypedStorage.resize_ = resize_
+        _resize_watch(self, True)
         try:
             return super().__enter__()
         except BaseException:
-            torch.UntypedStorage.resize_ = self._orig_resize
+            _resize_watch(self, False)
             raise
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            torch.UntypedStorage.resize_ = self._orig_resize
+            _resize_watch(self, False)
+
+
+# ``UntypedStorage.resize_`` bypasses the dispatcher (as mem_tracker notes), so it is patched while
+# any tracker is active, in any thread: one patch, installed by the first tracker and removed by
+# the last, telling every active tracker (each ignores storages it did not count).
+_RESIZE_LOCK = threading.Lock()
+_RESIZE_TRACKERS: list = []
+_ORIG_RESIZE = torch.UntypedStorage.resize_
+
+
+def _resize_watch(tracker, on: bool) -> None:
+    with _RESIZE_LOCK:
+        if on:
+            if not _RESIZE_TRACKERS:
+                torch.UntypedStorage.resize_ = _tracked_resize
+            _RESIZE_TRACKERS.append(tracker)
+        else:
+            if tracker in _RESIZE_TRACKERS:
+                _RESIZE_TRACKERS.remove(tracker)
+            if not _RESIZE_TRACKERS:
+                torch.UntypedStorage.resize_ = _ORIG_RESIZE
+
+
+def _tracked_resize(st, size):
+    r = _ORIG_RESIZE(st, size)
+    for tracker in list(_RESIZE_TRACKERS):
+        tracker._resized(st)
+    return r
 
 
 # Enclosing allocator probes, so that a nested probe's reset does not hide their peaks.

@@ -326,3 +326,36 @@ def test_estimate_switches_the_fused_transformer_path_off_and_says_so():
             assert not torch.backends.mha.get_fastpath_enabled()
             raise Boom()
     assert torch.backends.mha.get_fastpath_enabled() == before
+
+
+def test_probes_in_two_threads_do_not_mix():
+    import threading
+
+    inside, go, done = threading.Event(), threading.Event(), threading.Event()
+    reports = {}
+
+    def worker():
+        def fn():
+            inside.set()
+            go.wait(5)
+            out = nn.Tanh()(torch.ones(2, 8))
+            done.set()
+            return out
+        reports["thread"] = memory.measure(fn)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    inside.wait(5)
+
+    def main_fn():
+        go.set()
+        done.wait(5)  # the other thread's module ran while this probe was active
+        return nn.Linear(4, 4)(torch.ones(3, 4))
+
+    reports["main"] = memory.measure(main_fn)  # the Linear is made inside: its weights count too
+    t.join(5)
+    assert [m.type for m in reports["main"].modules] == ["Linear"]
+    assert [m.type for m in reports["thread"].modules] == ["Tanh"]
+    # output, input (kept by the graph for the weight gradient), weight and bias
+    assert reports["main"].retained_bytes == (3 * 4 + 3 * 4 + 4 * 4 + 4) * F32
+    assert torch.UntypedStorage.resize_ is memory._ORIG_RESIZE  # the last probe took its patch away
