@@ -44,7 +44,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
-           "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes",
+           "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
            "METHODS", "STEPS", "CUDA_BLOCK"]
 
 METHODS = ("auto", "storage", "allocator")
@@ -579,6 +579,33 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
         return report, result
     del result
     return report
+
+
+def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, *, model=None,
+                  method: str = "auto", timeline: bool = False, on_mode=None) -> dict:
+    """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
+    setting (``"eval+no_grad"``...; train/eval settings need ``model``). All modes are checked
+    before any runs; ``on_mode(mode)`` is called before each (for progress bars)."""
+    from . import modes as _modes
+
+    settings = [_modes.parse(m) for m in modes]
+    if not settings:
+        raise ValueError(f"name at least one mode; allowed: {', '.join(_modes.names())}")
+    if any(s.train is not None for s in settings) and model is None:
+        raise ValueError("a train/eval setting needs model=")
+    dev = _device.resolve(device) if device is not None else None
+    _check_method(method, dev)
+    out = {}
+    for m, s in zip(modes, settings):
+        if on_mode is not None:
+            on_mode(m)
+
+        def run(s=s):
+            with _modes.setting(s, model=model, device=dev):
+                return fn()
+
+        out[m] = measure(run, dev, method=method, timeline=timeline, label=str(m))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

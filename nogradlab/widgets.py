@@ -373,9 +373,8 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     start = _time.perf_counter()
     reports = {}
     if memory:
-        for m in modes_:
-            tick(f"memory: {m}")
-            reports[m] = _memory.measure(cases[m], dev, method=method, label=m)
+        reports = _memory.measure_modes(fn, modes_, dev, model=model, method=method,
+                                        on_mode=lambda m: tick(f"memory: {m}"))
     comparison = None
     if time:
         tick(f"time: {len(modes_)} modes, {rounds} interleaved rounds")

@@ -222,26 +222,19 @@ runs
         md("""
 ### What "nothing is stored" looks like
 
-Live tensor memory during one forward pass of a small ResNet-50, measured event by event. With grad
+Live tensor memory during one ResNet-50 forward pass at this run's scale, measured event by event. With grad
 on, every layer's saved activations stay alive until the pass ends; under `no_grad` (and
 `inference_mode`, see notebook 09) each intermediate is freed as soon as the next layer has used it, so
 the curve saws up and down instead of climbing.
 """),
         code("""
-from nogradlab import memory, modes, workloads
+from nogradlab import memory, workloads
 
 wl = workloads.get("resnet50", scale)
 model = wl.build(device).eval()
 x = wl.make_input(batch or wl.default_batch, device)
-
-def forward_under(mode):
-    def run():
-        with modes.get(mode)():
-            return model(x)
-    return run
-
-reports = {m: memory.measure(forward_under(m), device, method="storage", timeline=True, label=m)
-           for m in ("grad", "no_grad", "inference_mode")}
+reports = memory.measure_modes(lambda: model(x), ("grad", "no_grad", "inference_mode"), device,
+                               method="storage", timeline=True)
 for r in reports.values():
     print(r)
 plots.timeline(reports, device=device, scale=scale, title=f"Live memory during one {wl.name} forward pass")

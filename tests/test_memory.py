@@ -359,3 +359,19 @@ def test_probes_in_two_threads_do_not_mix():
     # output, input (kept by the graph for the weight gradient), weight and bias
     assert reports["main"].retained_bytes == (3 * 4 + 3 * 4 + 4 * 4 + 4) * F32
     assert torch.UntypedStorage.resize_ is memory._ORIG_RESIZE  # the last probe took its patch away
+
+
+def test_measure_modes(chain):
+    model, x = chain
+    calls = []
+    reps = memory.measure_modes(lambda: model(x), ("grad", "eval+no_grad"), model=model, timeline=True,
+                                on_mode=calls.append)
+    assert calls == ["grad", "eval+no_grad"] and list(reps) == calls
+    assert reps["grad"].saved_bytes == N * A_IN * F32 + N * B_HID * F32 and reps["eval+no_grad"].saved_bytes == 0
+    assert reps["grad"].timeline and model.training  # the setting's eval() was undone
+    ran = []
+    with pytest.raises(ValueError, match="allowed"):
+        memory.measure_modes(lambda: ran.append(1), ("grad", "fast"))
+    with pytest.raises(ValueError, match="model="):
+        memory.measure_modes(lambda: ran.append(1), ("eval+grad",))
+    assert not ran  # refused before anything ran
