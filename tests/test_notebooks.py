@@ -5,6 +5,10 @@ in pyproject.toml), and the papermill tests here run every notebook with ``devic
 ``scale=tiny``, recording each one's time and the kernel's peak resident memory (the whole kernel
 process tree, polled). Limits: 1.5 GB peak RSS per notebook, 180 s for the whole papermill pass.
 A summary table is printed at the end of the session (see conftest.py).
+
+The .ipynb files are the source of truth (edited in JupyterLab); git stores them without outputs
+(nbstripout filter, see .gitattributes). Each executed notebook must write nothing to stderr (no
+warnings reach a learner) and show no table cell cut off by pandas ("..." or "…") in its HTML.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import json
 import re
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -80,12 +85,71 @@ def test_checks_run_with_the_notebook_parameters():
                 assert "device=device, scale=scale, seed=seed" in call, f"{path.stem}: {call}"
 
 
+# metadata that JupyterLab writes while a notebook runs or is viewed, and nbstripout removes
+VOLATILE_CELL_METADATA = ("collapsed", "scrolled", "ExecuteTime", "execution", "papermill")
+
+
+def _git_blob(path: Path) -> "str | None":
+    """The notebook as git holds it (the index: what the nbstripout filter cleaned on `git add`), or None
+    outside a git checkout or for an untracked file."""
+    rel = path.relative_to(REPO).as_posix()
+    try:
+        proc = subprocess.run(["git", "-C", str(REPO), "show", f":{rel}"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def dirty_cells(nb) -> list:
+    """Cells (index, what) that hold outputs, execution counts or run-time metadata."""
+    dirty = []
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and (c.get("outputs") or c.get("execution_count") is not None):
+            dirty.append((i, "outputs or execution count"))
+        extra = [k for k in VOLATILE_CELL_METADATA if k in c.get("metadata", {})]
+        if extra:
+            dirty.append((i, f"metadata {extra}"))
+    if "widgets" in nb.metadata:
+        dirty.append(("notebook", "metadata widgets (saved widget state)"))
+    return dirty
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_stored_without_outputs(stem):
-    nb = _read(NB_DIR / f"{stem}.ipynb")
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
-    assert not dirty, f"{stem}: cells {dirty} hold outputs or execution counts; regenerate with " \
-        "python scripts/make_notebooks.py"
+    """What git holds for each notebook (the index; the file itself outside git) has no outputs."""
+    path = NB_DIR / f"{stem}.ipynb"
+    blob = _git_blob(path)
+    nb = nbformat.reads(blob, as_version=4) if blob is not None else _read(path)
+    dirty = dirty_cells(nb)
+    assert not dirty, f"{stem} is stored with outputs: {dirty}. Strip them (`nbstripout notebooks/{stem}.ipynb`) " \
+        "and install the git filter that does it on every `git add`: `make lab`, or " \
+        "`nbstripout --install --attributes .gitattributes`"
+
+
+def test_dirty_cells_sees_outputs_counts_and_widget_state():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t"), nbformat.v4.new_code_cell("1")])
+    assert dirty_cells(nb) == []
+    nb.cells[1].execution_count = 3
+    assert dirty_cells(nb) == [(1, "outputs or execution count")]
+    nb.cells[1].execution_count = None
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1")]
+    assert dirty_cells(nb) == [(1, "outputs or execution count")]
+    nb.cells[1].outputs = []
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    assert dirty_cells(nb) == [("notebook", "metadata widgets (saved widget state)")]
+
+
+def test_git_strips_notebook_outputs():
+    """.gitattributes routes every notebook through the nbstripout filter and diff driver."""
+    try:
+        proc = subprocess.run(["git", "-C", str(REPO), "check-attr", "filter", "diff", "--",
+                               "notebooks/00_index.ipynb"], capture_output=True, text=True, timeout=30)
+    except OSError:
+        pytest.skip("git is not installed")
+    if proc.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert "filter: nbstripout" in proc.stdout and "diff: ipynb" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -109,26 +173,36 @@ def test_same_import_cell_first_everywhere():
     assert len({_first_code(p) for p in NOTEBOOKS}) == 1, "every notebook must start with the same import cell"
 
 
-def test_notebooks_match_generator():
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "make_notebooks.py"), "--check"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+# An interpreter where nogradlab is not installed but its dependencies are: -I ignores PYTHONPATH, -S
+# skips site (so the editable install's .pth finder never runs); site-packages is then added as a plain
+# path entry (this interpreter's, computed here: under -S a venv's prefix is not set up).
+_NO_NOGRADLAB = (f"import sys; sys.path += {sorted({sysconfig.get_paths()[k] for k in ('purelib', 'platlib')})!r}"
+                 "\n")
+
+
+def _run_first_cell(cwd, prelude: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-I", "-S", "-c", prelude + _first_code(NOTEBOOKS[1])], cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_import_cell_finds_the_checkout_without_installation():
-    """Run by an interpreter without site-packages (so nogradlab is not installed), from
-    notebooks/, the first cell imports nogradlab from the checkout."""
-    proc = subprocess.run([sys.executable, "-S", "-c", _first_code(NOTEBOOKS[1])], cwd=NB_DIR,
-                          capture_output=True, text=True, timeout=60)
+    """nogradlab not installed, run from notebooks/: the first cell imports it from the checkout."""
+    proc = _run_first_cell(NB_DIR, _NO_NOGRADLAB)
     assert proc.returncode == 0, proc.stderr
     assert f"from {REPO / 'nogradlab'}" in proc.stdout
 
 
 def test_import_cell_outside_a_checkout_explains_the_install(tmp_path):
-    proc = subprocess.run([sys.executable, "-S", "-c", _first_code(NOTEBOOKS[1])], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
+    proc = _run_first_cell(tmp_path, _NO_NOGRADLAB)
     assert proc.returncode != 0
-    assert "ImportError: nogradlab is not installed" in proc.stderr and "pip install" in proc.stderr
+    assert "ImportError: nogradlab is not installed" in proc.stderr and "%pip install" in proc.stderr
+
+
+def test_import_cell_names_missing_dependencies():
+    """A kernel without torch & co. (no site-packages at all) is told what to install, in the checkout."""
+    proc = _run_first_cell(NB_DIR)
+    assert proc.returncode != 0
+    assert "nogradlab needs torch" in proc.stderr and f"%pip install -q -e '{REPO}'" in proc.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,6 +296,80 @@ def test_peak_rss_sees_a_short_peak_of_a_child():
     assert rss.peak >= 300 * 2**20
 
 
+# --------------------------------------------------------------------------------------------
+# what a learner must never see in an executed notebook
+
+
+def stderr_outputs(nb) -> list:
+    """(cell index, text) of every stderr stream output (Python warnings land there too)."""
+    return [(i, o.get("text", "")) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+            for o in c.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+
+
+def notebook_html(nb) -> str:
+    from nbconvert import HTMLExporter
+
+    return HTMLExporter().from_notebook_node(nb)[0]
+
+
+class _CellText(__import__("html.parser").parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells, self._depth, self._buf = [], 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("td", "th"):
+            self._depth += 1
+            self._buf = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._depth:
+            self._depth -= 1
+            self.cells.append("".join(self._buf).strip())
+
+    def handle_data(self, data):
+        if self._depth:
+            self._buf.append(data)
+
+
+def truncated_table_cells(html: str) -> list:
+    """Table cells (td/th) that pandas cut off: '...' or '…' alone (rows or columns left out) or at the
+    end of a value (a string longer than display.max_colwidth)."""
+    parser = _CellText()
+    parser.feed(html)
+    return [t for t in parser.cells if t.endswith("...") or t.endswith("\u2026")]
+
+
+def test_stderr_outputs_sees_what_a_kernel_writes_to_stderr():
+    """A warning and a print to stderr, executed by a real kernel, both arrive as stderr streams."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src) for src in (
+        "print('fine')", "import warnings; warnings.warn('gpuGetDeviceCount failed')",
+        "import sys; print('oops', file=sys.stderr)")])
+    NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+    found = stderr_outputs(nb)
+    assert [i for i, _ in found] == [1, 2]
+    assert "gpuGetDeviceCount failed" in found[0][1] and "oops" in found[1][1]
+
+
+def test_truncated_table_cells_sees_what_pandas_cuts():
+    import pandas as pd
+
+    def html_of(df):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("df")])
+        nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={"text/html": df._repr_html_(),
+                                                                                "text/plain": repr(df)},
+                                                      execution_count=1)]
+        return notebook_html(nb)
+
+    assert truncated_table_cells(html_of(pd.DataFrame({"a": ["short"], "b": [1.5]}))) == []
+    long = pd.DataFrame({"claim": ["x" * 200]})
+    assert truncated_table_cells(html_of(long)), "a long string cut at display.max_colwidth"
+    with pd.option_context("display.max_rows", 4, "display.min_rows", 4):
+        assert "..." in truncated_table_cells(html_of(pd.DataFrame({"a": range(50)})))
+
+
 def _papermill(stem: str, params: dict, out: Path):
     import papermill as pm
 
@@ -243,6 +391,12 @@ def test_papermill_executes(stem):
     blank = [i for i, c in enumerate(executed.cells) if c.cell_type == "code" and "plots." in c.source
              and not any("image/png" in o.get("data", {}) for o in c.outputs)]
     assert not blank, f"{stem}: cells {blank} draw a picture but show no image"
+    errs = stderr_outputs(executed)
+    assert not errs, f"{stem} wrote to stderr (warnings included) in cells " + "; ".join(
+        f"{i}: {text[:300]!r}" for i, text in errs) + ". Silence the cause, not the message."
+    cut = truncated_table_cells(notebook_html(executed))
+    assert not cut, f"{stem}: table cells cut off in the notebook's HTML: {cut[:5]}. Show fewer or " \
+        "shorter columns, or format the values, instead of letting pandas truncate them"
     assert rss.peak > 0, "the kernel's memory could not be read"
     assert rss.peak <= RSS_LIMIT, f"{stem}: kernel peak RSS {rss.peak / 1e9:.2f} GB > {RSS_LIMIT / 1e9} GB"
 
