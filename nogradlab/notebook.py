@@ -9,6 +9,7 @@ repeat count that is not a positive integer, raises ``ValueError`` naming what i
 """
 from __future__ import annotations
 
+import logging
 import numbers
 import random
 
@@ -17,7 +18,7 @@ import torch
 from . import device as _device
 from . import workloads as _workloads
 
-__all__ = ["setup", "hardware_line", "SWEEP_KINDS"]
+__all__ = ["setup", "hardware_line", "quiet_cpu_only_torch", "SWEEP_KINDS"]
 
 # sweep parameter name -> what it must hold: "count", positive integers (one or a list of them), or
 # "number", positive numbers. Any of them may be None: the check's own default.
@@ -64,6 +65,15 @@ def hardware_line(dev) -> str:
     return f"hardware: {_device.label(_device.describe(dev))}"
 
 
+def quiet_cpu_only_torch() -> None:
+    """On a machine without CUDA, keep torch's import-time note "No CUDA runtime is found" (logged by
+    ``torch.utils.cpp_extension``, which ``torch.utils.benchmark`` imports) out of the notebook's
+    stderr: it is true and harmless there, and the lessons time with ``torch.utils.benchmark``.
+    Errors from that logger still show."""
+    if not torch.cuda.is_available():
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
 def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
     """Validate a notebook's parameters and return ``(device, scale)`` resolved.
 
@@ -80,5 +90,6 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
         _check_sweep(name, value)
     torch.manual_seed(int(seed))
     random.seed(int(seed))
+    quiet_cpu_only_torch()
     print(f"{hardware_line(dev)}; scale {scale}; seed {seed}")
     return str(dev), scale

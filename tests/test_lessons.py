@@ -239,8 +239,9 @@ def claim_problems(nb, claim_ids) -> list:
             continue
         _, s, e = sec[0]
         before = [checks[o] for o in checks if s < checks[o] < at]
-        lo = max(before) if before else s  # after the previous claim's check in the same section
-        own = nb.cells[lo + 1:at]
+        # this claim's own part: after the previous claim's check in the section, else the whole section so far
+        lo = max(before) + 1 if before else s
+        own = nb.cells[lo:at]
         if not any(_uses_torch_plainly(c) for c in own):
             problems.append(f"{cid}: no plain-PyTorch code cell (uses torch., does not call claims) between "
                             f"cell {lo} and its check (cell {at})")
