@@ -18,7 +18,7 @@ import torch
 from . import device as _device
 from . import workloads as _workloads
 
-__all__ = ["setup", "hardware_line", "quiet_cpu_only_torch", "SWEEP_KINDS"]
+__all__ = ["setup", "hardware_line", "scale_note", "quiet_cpu_only_torch", "SWEEP_KINDS"]
 
 # sweep parameter name -> what it must hold: "count", positive integers (one or a list of them), or
 # "number", positive numbers. Any of them may be None: the check's own default.
@@ -92,4 +92,18 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
     random.seed(int(seed))
     quiet_cpu_only_torch()
     print(f"{hardware_line(dev)}; scale {scale}; seed {seed}")
+    note = scale_note(dev, scale)
+    if note:
+        print(note)
     return str(dev), scale
+
+
+def scale_note(dev, scale: str) -> str:
+    """One line on what this run's figures mean for a reader's own GPU ('' on a GPU at full scale)."""
+    dev = torch.device(dev)
+    if dev.type == "cuda" and scale == "full":
+        return ""
+    where = "on this GPU" if dev.type == "cuda" else f"on the {dev.type.upper()}"
+    shrunk = {"tiny": "models shrunk to run in seconds", "small": "reduced model sizes"}.get(scale, "full-size models")
+    return (f"note: measured {where} with {shrunk}: times and bytes here are not your GPU's at the article's "
+            f"sizes; the mechanisms are the same. On a GPU run with device='cuda', scale='full'.")

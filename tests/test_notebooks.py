@@ -214,6 +214,14 @@ def test_setup_resolves_and_prints(capsys):
     assert "hardware:" in capsys.readouterr().out
 
 
+def test_setup_says_what_a_cpu_or_tiny_run_means(capsys):
+    notebook.setup(device="cpu", scale="tiny")
+    out = capsys.readouterr().out
+    assert "on the CPU" in out and "not your GPU's" in out
+    assert notebook.scale_note("cuda", "full") == ""  # the article's setting: nothing to warn about
+    assert "reduced model sizes" in notebook.scale_note("cuda", "small")
+
+
 @pytest.mark.parametrize("kwargs, words", [
     (dict(device="tpu"), "allowed: auto, cpu, cuda"),
     (dict(scale="huge"), "allowed: auto, tiny, small, full"),
