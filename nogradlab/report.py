@@ -143,12 +143,17 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
     return {"meta": meta, "claims": entries}
 
 
+def dumps(doc: dict) -> str:
+    """The text of a claims.json."""
+    return json.dumps(doc, indent=1, default=str) + "\n"
+
+
 def write_json(doc: dict, path) -> Path:
     """Validate ``doc`` and write it to ``path`` (folders created); returns the path."""
     validate(doc)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    path.write_text(dumps(doc))
     return path
 
 
@@ -455,10 +460,15 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
 def cell_name(err: dict) -> str:
     """Where a notebook failed: ``cell 3 (In [4])``, the cell's index in the executed notebook and
     the prompt its HTML rendering shows."""
+    def name(cell, ec):
+        return f"cell {cell}" + (f" (In [{ec}])" if ec is not None else "")
+
     if err.get("cell") is None:
         return "before any cell"
-    ec = err.get("execution_count")
-    return f"cell {err['cell']}" + (f" (In [{ec}])" if ec is not None else "")
+    here = name(err["cell"], err.get("execution_count"))
+    if err.get("after_cell") is not None:  # a dead kernel: where it died, and how far it got
+        return f"{here}; the last cell that finished: {name(err['after_cell'], err.get('after_execution_count'))}"
+    return here
 
 
 def write_html(doc: dict, out_dir, refs=()) -> Path:
