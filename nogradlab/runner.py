@@ -254,10 +254,22 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     with _outdir.Lock(lock_path, repr(str(lock_path.parent / Path(out).name))):  # a second run stops here
         lay = _outdir.prepare(out, protect=protect)
         refs = _report.load_references(results_dir)
-        return _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command)
+        # Ctrl-C and SIGTERM: while notebooks run they stop the run (an interrupt); once the report is being
+        # written they are noted and honoured after it, so that no signal can leave half a build behind.
+        state = {"phase": "running", "pending": []}
+
+        def on_signal(signum, frame):
+            if state["phase"] == "running":
+                _raise_interrupt(signum, frame)
+            if not state["pending"]:
+                print("\nfinishing the report first (a second or two)...", file=sys.stderr)
+            state["pending"].append(signum)
+
+        with _signals(on_signal):
+            return _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state)
 
 
-def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command) -> RunOutcome:
+def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) -> RunOutcome:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
     work, out, failed_dir = lay.partial, lay.out, lay.failed
@@ -277,48 +289,40 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command) -> RunOut
     current = records[0]
     bar = tqdm(total=len(nbs), desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
     try:
-        with _signals(_raise_interrupt):
-            for src, rec in zip(nbs, records):
-                current = rec
-                bar.set_postfix_str(src.stem)
-                dst = work / "notebooks" / src.name
-                t = time.perf_counter()
-                err = _execute(src, dst, params, nb_dir.resolve(), ledger.resolve())
-                rec["seconds"] = round(time.perf_counter() - t, 2)
-                rec["status"] = "failed" if err else "ok"
-                rec["error"] = err
-                if dst.with_suffix(".kernel.log").exists():
-                    rec["kernel_log"] = f"notebooks/{dst.stem}.kernel.log"
-                if dst.exists():
-                    rec["ipynb"] = f"notebooks/{dst.name}"
-                    try:
-                        if _to_html(dst):
-                            rec["html"] = f"notebooks/{dst.stem}.html"
-                    except Exception as e:  # a rendering problem is reported, not fatal
-                        print(f"warning: could not render {dst.name} to HTML: {e}", file=sys.stderr)
-                mark = "ok    " if not err else "FAILED"
-                where = "" if not err else f"  ({_report.cell_name(err)}: {err['ename']}: {err['evalue'][:120]})"
-                bar.write(f"{mark} {src.stem:<45} {rec['seconds']:7.1f} s{where}", file=sys.stdout)
-                bar.update(1)
+        for src, rec in zip(nbs, records):
+            current = rec
+            bar.set_postfix_str(src.stem)
+            dst = work / "notebooks" / src.name
+            t = time.perf_counter()
+            err = _execute(src, dst, params, nb_dir.resolve(), ledger.resolve())
+            rec["seconds"] = round(time.perf_counter() - t, 2)
+            rec["status"] = "failed" if err else "ok"
+            rec["error"] = err
+            if dst.with_suffix(".kernel.log").exists():
+                rec["kernel_log"] = f"notebooks/{dst.stem}.kernel.log"
+            if dst.exists():
+                rec["ipynb"] = f"notebooks/{dst.name}"
+                try:
+                    if _to_html(dst):
+                        rec["html"] = f"notebooks/{dst.stem}.html"
+                except Exception as e:  # a rendering problem is reported, not fatal
+                    print(f"warning: could not render {dst.name} to HTML: {e}", file=sys.stderr)
+            mark = "ok    " if not err else "FAILED"
+            where = "" if not err else f"  ({_report.cell_name(err)}: {err['ename']}: {err['evalue'][:120]})"
+            bar.write(f"{mark} {src.stem:<45} {rec['seconds']:7.1f} s{where}", file=sys.stdout)
+            bar.update(1)
+        state["phase"] = "finishing"
     except KeyboardInterrupt as e:
+        state["phase"] = "finishing"
         interrupted = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
         if current["status"] == "not run":
             current.update(status="failed", error={"cell": None, "execution_count": None,
                                                    "ename": type(e).__name__, "evalue": interrupted})
     finally:
+        state["phase"] = "finishing"
         bar.close()
-
-    # From here on the run only writes its own folders: a Ctrl-C or SIGTERM now is noted and honoured
-    # after the report is written, so that it can never leave half a build behind.
-    pending = []
-
-    def _defer(signum, frame):
-        if not pending:
-            print("\nfinishing the report first (a second or two)...", file=sys.stderr)
-        pending.append(signum)
-
-    with _signals(_defer):
-        return _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending)
+    return _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted,
+                   state["pending"])
 
 
 def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
