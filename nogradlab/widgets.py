@@ -523,7 +523,7 @@ def _run_workload(workload, scale, batch, modes_, dev, memory_source, *, rounds,
     start = _time.perf_counter()
     wl = _workloads.get(workload, scale)
     batch = batch or wl.default_batch
-    with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+    with _device.rng_preserved(dev):  # seeded, leaving the caller's RNG (CPU, CUDA) alone
         torch.manual_seed(0)
         model = wl.build(dev).eval()
         x = wl.make_input(batch, dev)

@@ -128,6 +128,9 @@ def test_cuda_generator_restored():
     memory.measure(lambda: torch.randn(1000, device="cuda"), "cuda")
     timing.measure(lambda: torch.randn(1000, device="cuda"), "cuda", min_run_time=0.01)
     memory.estimate("mlp", 4, "cuda", mode="no_grad")
+    # the explorer builds its model and input on the GPU: seeded, then the generator put back
+    widgets.explorer("mlp", "tiny", batch=4, device="cuda", interactive=False, rounds=2,
+                     min_run_time=0.01)
     assert torch.equal(expected, torch.rand(4, device="cuda"))
 
 
