@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import re
+import warnings
 
 import torch
 
@@ -211,10 +212,16 @@ def rng_preserved(device=None):
         yield
     finally:
         torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-        if mps is not None:
-            torch.mps.set_rng_state(mps)
+        try:
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            if mps is not None:
+                torch.mps.set_rng_state(mps)
+        except RuntimeError as e:
+            # a broken GPU context (after a device-side error): say so, but let the error that
+            # broke it reach the caller rather than this one
+            warnings.warn(f"could not restore the GPU's random number generator: {e}",
+                          RuntimeWarning, stacklevel=3)
 
 
 def leaves_rng_alone(fn=None, *, device_param: "str | None" = "device"):
