@@ -39,8 +39,14 @@ claims: install
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# JupyterLab on the notebooks. As root (containers, cloud VMs, dev containers) Jupyter refuses to start
+# without --allow-root, so it is added then. In a git checkout, nbstripout is installed as this clone's git
+# filter first, so that notebooks saved with outputs are committed without them.
+LAB_ARGS ?=
 lab: install
-	$(VENV)/bin/jupyter lab notebooks/00_index.ipynb
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  $(VENV)/bin/nbstripout --install >/dev/null && echo "nbstripout: notebook outputs are stripped on commit in this clone"; fi
+	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/00_index.ipynb
 
 bench: install
 	$(PY) benchmarks/probes.py

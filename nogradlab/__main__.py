@@ -6,7 +6,8 @@
 ``run`` executes every notebook (notebooks/NN_*.ipynb) with papermill and writes ``<out>/report.html``,
 ``<out>/claims.json`` and the executed notebooks with their HTML; ``claims`` runs the claim checks
 alone and prints the verdict table. Both exit 0 only when every claim got a verdict (and, for
-``run``, every notebook ran); 2 on bad arguments; 130 when interrupted.
+``run``, every notebook ran); 2 on bad arguments or an output path they may not use (checked before any
+work: see ``nogradlab.outdir``); 130 when interrupted (Ctrl-C or SIGTERM).
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
     from . import device as _device
-    from . import report, runner, workloads
+    from . import outdir, report, runner, workloads
 
     # bad input fails here, before any work, naming what is allowed
     try:
@@ -59,7 +60,9 @@ def main(argv=None) -> int:
         ids = runner.parse_ids(args.ids) if args.cmd == "claims" else None
         if args.cmd == "run":
             runner.discover(args.notebooks or runner.default_dir("notebooks"))
-    except (ValueError, RuntimeError, TypeError, FileNotFoundError) as e:
+        elif args.json:
+            outdir.check_file_target(args.json)
+    except (ValueError, RuntimeError, TypeError, FileNotFoundError, outdir.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     color = report.color_default(sys.stdout)
@@ -72,27 +75,32 @@ def main(argv=None) -> int:
             if outcome.ok:
                 print(f"report: {(outcome.path / 'report.html').resolve()}")
                 return 0
-            failed = [n["name"] for n in meta["notebooks"] if n["status"] == "failed"]
             skipped = [n["name"] for n in meta["notebooks"] if n["status"] == "not run"]
-            why = (["interrupted"] if meta.get("interrupted") else []) + \
-                  ([f"{len(failed)} notebook(s) failed ({', '.join(failed)})"] if failed else []) + \
-                  ([f"{len(skipped)} notebook(s) not run"] if skipped else []) + \
-                  [f"{meta['counts'].get(report.NOT_RUN, 0)} claim(s) without a verdict"]
+            why = [outcome.reason or "incomplete"] + \
+                  ([f"{len(skipped)} notebook(s) not run"] if skipped else [])
             print("FAILED: " + "; ".join(why) + ".", file=sys.stderr)
-            print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
+            if (outcome.path / "report.html").exists():
+                print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
+            else:
+                print(f"failed build (incomplete): {outcome.path.resolve()}", file=sys.stderr)
             if (Path(args.out) / "report.html").exists():
                 print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)
             return 130 if meta.get("interrupted") else 1
         doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=not args.no_progress,
                                   command=command)
-        if args.json:
-            report.write_json(doc, args.json)
         refs = report.load_references(args.results) if args.results else []
         print(report.terminal_table(doc, refs, color=color))
         if args.json:
+            try:
+                outdir.check_file_target(args.json)  # again: the file may have changed during the checks
+                report.validate(doc)
+                outdir.write_text_atomic(Path(args.json).absolute(), report.dumps(doc))
+            except (OSError, outdir.OutputError) as e:
+                print(f"error: could not write {args.json}: {e}", file=sys.stderr)
+                return 1
             print(f"claims.json: {Path(args.json).resolve()}")
         return 0 if doc["meta"]["complete"] else 1
-    except FileExistsError as e:
+    except outdir.OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -6,13 +6,19 @@ labelled with; ``synchronize`` waits for queued kernels so that timers measure f
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
+import math
 import os
 import platform
 import re
+import warnings
 
 import torch
 
-__all__ = ["ALLOWED", "resolve", "describe", "synchronize", "is_cuda", "total_memory"]
+__all__ = ["ALLOWED", "resolve", "describe", "synchronize", "is_cuda", "total_memory",
+           "cpu_budget", "limit_threads", "rng_preserved", "leaves_rng_alone"]
 
 ALLOWED = ("auto", "cpu", "cuda", "cuda:N", "mps")
 _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
@@ -107,6 +113,137 @@ def total_memory(device) -> "int | None":
     return None
 
 
+def _read(path) -> "str | None":
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _quota(text_quota, text_period) -> "float | None":
+    """CPUs allowed by a CFS quota over a period (None: no quota)."""
+    try:
+        quota, period = float(text_quota), float(text_period)
+    except (TypeError, ValueError):
+        return None
+    if quota <= 0 or period <= 0:  # v1 writes -1 for "no limit"
+        return None
+    return quota / period
+
+
+def _cgroup_quotas(root: str, proc_cgroup: str) -> list:
+    """The CPU quotas (in CPUs) of this process's cgroup and its ancestors, v2 and v1."""
+    lines = (_read(proc_cgroup) or "").splitlines()
+    found = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.strip("/")
+        # the process's own cgroup, then each parent up to the mount's root (a container usually
+        # sees its own cgroup as the root)
+        rel = [path] if path else []
+        while rel and "/" in rel[-1]:
+            rel.append(rel[-1].rsplit("/", 1)[0])
+        rel.append("")
+        if controllers == "":  # cgroup v2: one unified hierarchy, cpu.max = "QUOTA PERIOD"
+            for r in rel:
+                text = _read(os.path.join(root, r, "cpu.max"))
+                if text:
+                    q, _, per = text.partition(" ")
+                    found.append(_quota(None if q == "max" else q, per or "100000"))
+        elif "cpu" in controllers.split(","):  # cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us
+            for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+                for r in rel:
+                    base = os.path.join(root, mount, r)
+                    found.append(_quota(_read(os.path.join(base, "cpu.cfs_quota_us")),
+                                        _read(os.path.join(base, "cpu.cfs_period_us"))))
+    return [q for q in found if q is not None]
+
+
+def cpu_budget(*, affinity=None, cgroup_root: str = "/sys/fs/cgroup",
+               proc_cgroup: str = "/proc/self/cgroup") -> int:
+    """How many CPUs this process may really use: the CPUs it may be scheduled on
+    (``os.sched_getaffinity``) capped by its cgroup's CPU quota (v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us / cpu.cfs_period_us``, the process's cgroup and its parents), rounded up;
+    at least 1. A container given 2 CPUs on a 64-core host (Binder, Docker ``--cpus 2``) answers 2,
+    where ``os.cpu_count()`` and torch's default thread pool see 64.
+
+    ``affinity`` (a set of CPU ids), ``cgroup_root`` and ``proc_cgroup`` are for tests."""
+    if affinity is None:
+        try:
+            affinity = os.sched_getaffinity(0)
+        except (AttributeError, OSError):  # macOS, Windows
+            affinity = range(os.cpu_count() or 1)
+    n = max(1, len(affinity))
+    quotas = _cgroup_quotas(cgroup_root, proc_cgroup)
+    if quotas:
+        n = min(n, max(1, math.ceil(min(quotas) - 1e-9)))
+    return n
+
+
+def limit_threads() -> int:
+    """Lower torch's CPU thread pool to :func:`cpu_budget` when it is larger (torch sizes it from
+    the host's cores, so a 2-CPU container on a 64-core host would run 64 threads on 2 CPUs and
+    time mostly contention). Never raises it. Returns the thread count now in force."""
+    budget = cpu_budget()
+    if torch.get_num_threads() > budget:
+        torch.set_num_threads(budget)
+    return torch.get_num_threads()
+
+
+@contextlib.contextmanager
+def rng_preserved(device=None):
+    """Leave torch's global random number generators as they were on entry: the CPU generator
+    always, the CUDA generators when CUDA is in use (already initialised, or ``device`` is a CUDA
+    device), MPS's when ``device`` is MPS; restored also when the block raises. Probes wrap their
+    work in it, so measuring a call does not change the random numbers the notebook draws next."""
+    kind = str(device).split(":")[0].strip().lower() if device is not None else None
+    cpu = torch.get_rng_state()
+    cuda = None
+    if torch.cuda.is_available() and (torch.cuda.is_initialized() or kind in ("cuda", "auto")):
+        cuda = torch.cuda.get_rng_state_all()
+    mps = None
+    if kind in ("mps", "auto") and _mps_available():
+        mps = torch.mps.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        try:
+            if cuda is not None:
+                torch.cuda.set_rng_state_all(cuda)
+            if mps is not None:
+                torch.mps.set_rng_state(mps)
+        except RuntimeError as e:
+            # a broken GPU context (after a device-side error): say so, but let the error that
+            # broke it reach the caller rather than this one
+            warnings.warn(f"could not restore the GPU's random number generator: {e}",
+                          RuntimeWarning, stacklevel=3)
+
+
+def leaves_rng_alone(fn=None, *, device_param: "str | None" = "device"):
+    """Decorator: ``fn`` runs inside :func:`rng_preserved`, for the device named by its
+    ``device_param`` argument (None: the CPU generator, and CUDA's when CUDA is initialised)."""
+    if fn is None:
+        return functools.partial(leaves_rng_alone, device_param=device_param)
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        dev = None
+        if device_param is not None:
+            try:
+                dev = sig.bind_partial(*args, **kwargs).arguments.get(device_param)
+            except TypeError:  # bad arguments: let fn itself say what is wrong
+                dev = None
+        with rng_preserved(dev):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 def describe(device="auto") -> dict:
     """Facts about ``device`` for labelling a measurement: name, kind, torch version, threads,
     total memory in bytes (None where unknown), Python version and platform."""
@@ -120,6 +257,7 @@ def describe(device="auto") -> dict:
         "threads": torch.get_num_threads(),
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
+        "cpu_budget": cpu_budget(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

@@ -17,6 +17,10 @@ cell runs.
 """
 from __future__ import annotations
 
+import linecache
+import os
+import types
+
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -56,22 +60,73 @@ def _check_device(name):
         raise UsageError(str(e)) from None
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+# torch's wrappers between an operator and a TorchDispatchMode (the storage tracker)
+_DISPATCH_GLUE = (os.path.join("torch", "_compile.py"), os.path.join("torch", "_dynamo", ""),
+                  os.path.join("torch", "_ops.py"))
+
+
+def _user_traceback(tb, filename: str):
+    """The traceback from the user's cell on, without the probes' own frames: the frames of the
+    cell (``filename``) and of what it called, cut where nogradlab's instrumentation (and torch's
+    dispatch glue leading into it) begins. None when the error did not come from the cell."""
+    frames = []
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    start = next((i for i, t in enumerate(frames) if t.tb_frame.f_code.co_filename == filename),
+                 None)
+    if start is None:
+        return None
+    kept = []
+    for t in frames[start:]:
+        name = os.path.abspath(t.tb_frame.f_code.co_filename)
+        if name.startswith(_PACKAGE + os.sep):
+            break  # the memory tracker under the user's call: instrumentation, not their code
+        kept.append(t)
+    while len(kept) > 1 and any(g in kept[-1].tb_frame.f_code.co_filename
+                                for g in _DISPATCH_GLUE):
+        kept.pop()
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
 @magics_class
 class NogradMagics(Magics):
     """``%%memory`` and ``%%modes``."""
 
-    def _code(self, cell: str):
-        """The cell, transformed as IPython would (so ``%`` lines and ``!`` work), compiled."""
+    def _code(self, cell: str, header: str = ""):
+        """The cell, transformed as IPython would (so ``%`` lines and ``!`` work), compiled under
+        a file name registered in ``linecache`` (as IPython does for every cell), so that a
+        traceback shows the user's source lines. ``header``, the ``%%magic`` line, keeps the line
+        numbers those of the cell as the user sees it. Returns (code, file name)."""
         source = self.shell.transform_cell(cell)
-        return compile(source, "<cell>", "exec")
+        shown = f"{header}\n{source}" if header else source
+        number = getattr(self.shell, "execution_count", 0)
+        try:
+            name = self.shell.compile.cache(shown, number, raw_code=shown)
+        except TypeError:  # IPython 7: cache(code, number)
+            name = self.shell.compile.cache(shown, number)
+        except Exception:  # noqa: BLE001 - a shell without IPython's caching compiler
+            name = f"<nogradlab-cell-{abs(hash(shown))}>"
+            linecache.cache[name] = (len(shown), None, shown.splitlines(True), name)
+        return compile(("\n" if header else "") + source, name, "exec"), name
 
-    def _runner(self, cell: str):
-        code = self._code(cell)
+    def _runner(self, cell: str, header: str = ""):
+        code, self._filename = self._code(cell, header)
         ns = self.shell.user_ns
 
         def run():
             exec(code, ns)  # noqa: S102 - the user's own cell, in the user's namespace
         return run
+
+    def _users_error(self, e: BaseException):
+        """``e`` with a traceback that starts at the user's cell (see :func:`_user_traceback`),
+        or None when it did not come from the cell."""
+        tb = _user_traceback(e.__traceback__, getattr(self, "_filename", None))
+        return None if tb is None else e.with_traceback(tb)
 
     @magic_arguments()
     @argument("--device", "-d", default=None,
@@ -91,8 +146,15 @@ class NogradMagics(Magics):
         if args.method == "allocator" and (dev is None or dev.type != "cuda"):
             raise UsageError("--method allocator needs --device cuda; allowed methods: "
                              f"{', '.join(_memory.METHODS)}")
-        run = self._runner(cell)
-        report = _memory.measure(run, dev, method=args.method, label="cell")
+        run = self._runner(cell, f"%%memory {line}".rstrip())
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in tracebacks
+        try:
+            report = _memory.measure(run, dev, method=args.method, label="cell")
+        except Exception as e:
+            err = self._users_error(e)
+            if err is None:
+                raise
+            raise err
         rows = [("peak", report.peak_bytes), ("saved for backward", report.saved_bytes),
                 ("retained", report.retained_bytes)]
         print(f"cell memory [{report.method} on {report.device}]")
@@ -145,10 +207,17 @@ class NogradMagics(Magics):
         if args.warmup < 0:
             raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
         dev = _check_device(args.device)
-        run = self._runner(cell)
-        result = measure_modes(run, names, dev, memory=not args.no_memory, rounds=args.rounds,
-                               min_run_time=args.min_run_time, warmup=args.warmup,
-                               title=f"cell under {len(names)} modes")
+        run = self._runner(cell, f"%%modes {line}".rstrip())
+        __tracebackhide__ = True  # noqa: F841 - IPython hides this frame in tracebacks
+        try:
+            result = measure_modes(run, names, dev, memory=not args.no_memory,
+                                   rounds=args.rounds, min_run_time=args.min_run_time,
+                                   warmup=args.warmup, title=f"cell under {len(names)} modes")
+        except Exception as e:
+            err = self._users_error(e)
+            if err is None:
+                raise
+            raise err
         print(result)
         if args.out:
             self.shell.user_ns[args.out] = result

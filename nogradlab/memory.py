@@ -45,7 +45,7 @@ from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
-           "METHODS", "STEPS", "CUDA_BLOCK"]
+           "METHODS", "STEPS", "CUDA_BLOCK", "LazyResultWarning"]
 
 METHODS = ("auto", "storage", "allocator")
 STEPS = ("forward", "train")
@@ -488,6 +488,31 @@ def _check_method(method, dev):
     return method
 
 
+def _lazy_kind(result) -> "str | None":
+    """What kind of lazy object ``result`` is (its work has not run yet), or None."""
+    import inspect
+    from collections.abc import Iterator
+
+    if inspect.isgenerator(result):
+        return "a generator"
+    if inspect.iscoroutine(result) or inspect.isawaitable(result):
+        return "a coroutine (an awaitable)"
+    if inspect.isasyncgen(result):
+        return "an async generator"
+    if isinstance(result, (map, filter, zip)):
+        return f"a lazy {type(result).__name__} object"
+    if isinstance(result, Iterator) and not isinstance(result, torch.Tensor):
+        return f"an iterator ({type(result).__name__})"
+    return None
+
+
+def _lazy_note(kind: str) -> str:
+    return (f"the function returned {kind}: its work runs only when the result is consumed, so "
+            "nothing was measured (the bytes above are just the call that built it); measure "
+            "lambda: list(...) of it instead")
+
+
+@_device.leaves_rng_alone  # a probe leaves the global RNG (CPU, CUDA) as it found it
 def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool = False,
             block: "int | None" = None, label: str = "", return_result: bool = False):
     """Run ``fn()`` once and report its memory (see the module docstring).
@@ -498,6 +523,12 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
     ``timeline``: keep the live-bytes curve (one point per allocation or free).
     ``block``: round every storage up to this many bytes (default: 512 on CUDA, else 1).
     ``return_result``: return ``(report, fn())`` instead of the report alone.
+
+    ``fn`` returning lazy work (a generator, ``map``, any iterator, a coroutine) warns and adds a
+    note: nothing ran yet, so the report would read 0 B. It is not consumed here (it may be
+    endless, or the caller may want it); wrap it, ``lambda: list(gen())``.
+    The global random number generators are as before afterwards (also the draws ``fn`` made), so
+    measuring a call does not change what the notebook draws next.
     """
     if not callable(fn):
         raise TypeError(f"measure needs a callable, got {type(fn).__name__}")
@@ -507,7 +538,20 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
         block = CUDA_BLOCK if dev is not None and dev.type == "cuda" else 1
     if not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer number of bytes, got {block!r}")
-    return _run(fn, dev, method, exclude, timeline, block, label, return_result)
+    report, result = _run(fn, dev, method, exclude, timeline, block, label, True)
+    kind = _lazy_kind(result)
+    if kind is not None:
+        import warnings
+
+        report.notes.append(_lazy_note(kind))
+        warnings.warn(f"memory.measure: {_lazy_note(kind)}", LazyResultWarning, stacklevel=3)
+    if return_result:
+        return report, result
+    return report
+
+
+class LazyResultWarning(UserWarning):
+    """A probe measured a call that returned lazy work (a generator...): nothing ran yet."""
 
 
 _WARMED = False
@@ -674,6 +718,7 @@ def _entry_bytes(model, tensors, block) -> int:
     return total
 
 
+@_device.leaves_rng_alone(device_param=None)  # the RNG as found (CPU; CUDA if initialised)
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
              seed: int = 0) -> MemoryReport:

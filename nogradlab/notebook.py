@@ -5,7 +5,8 @@ Every notebook has a cell tagged ``parameters`` (papermill replaces it) and, rig
     device, scale = notebook.setup(device=device, scale=scale, seed=seed, batch_sizes=batch_sizes)
 
 ``setup`` validates everything before any work starts: an unknown device or scale, or a batch size or
-repeat count that is not a positive integer, raises ``ValueError`` naming what is allowed. It then seeds torch and Python, and prints one line naming the hardware.
+repeat count that is not a positive integer, raises ``ValueError`` naming what is allowed. It then seeds torch and Python, caps torch's
+threads at the CPUs the process may use (:func:`nogradlab.device.cpu_budget`), and prints one line naming the hardware.
 """
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
         _check_sweep(name, value)
     torch.manual_seed(int(seed))
     random.seed(int(seed))
+    _device.limit_threads()  # no more torch threads than CPUs this process may use (containers)
     quiet_cpu_only_torch()
     print(f"{hardware_line(dev)}; scale {scale}; seed {seed}")
     note = scale_note(dev, scale)

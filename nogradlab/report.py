@@ -143,12 +143,17 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
     return {"meta": meta, "claims": entries}
 
 
+def dumps(doc: dict) -> str:
+    """The text of a claims.json."""
+    return json.dumps(doc, indent=1, default=str) + "\n"
+
+
 def write_json(doc: dict, path) -> Path:
     """Validate ``doc`` and write it to ``path`` (folders created); returns the path."""
     validate(doc)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    path.write_text(dumps(doc))
     return path
 
 
@@ -230,13 +235,43 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
 
 # --------------------------------------------------------------------------- charts
 
-def _png(fig) -> str:
+def _png(fig, close: bool = True) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    if close:
+        plt.close(fig)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+class Chart(str):
+    """A chart's data-URI PNG (a plain string, as before) and, in ``narrow``, the same chart with
+    its side-by-side panels stacked one above another, which small screens show instead (None for
+    a one-panel chart)."""
+
+    narrow = None
+
+
+def stacked(fig) -> bool:
+    """Re-lay ``fig``'s panels, when they sit side by side on one row, into one column (each panel
+    as wide as the figure, labels of shared axes shown on every panel) so that a phone shows them at
+    a readable size. Returns False, leaving ``fig`` alone, for a one-panel figure or another
+    layout."""
+    from matplotlib.gridspec import GridSpec
+
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    if len(axes) < 2 or len({round(ax.get_position().y0, 3) for ax in axes}) != 1:
+        return False
+    k = len(axes)
+    width, height = fig.get_size_inches()
+    grid = GridSpec(k, 1, figure=fig)
+    for i, ax in enumerate(sorted(axes, key=lambda a: a.get_position().x0)):
+        ax.set_subplotspec(grid[i, 0])
+        ax.tick_params(labelleft=True, labelbottom=True)
+    fig.set_size_inches(max(4.5, min(6.4, width / k + 1.0)), max(height, 2.6) * k * 0.9)
+    fig.tight_layout()
+    return True
 
 
 def _verdict_overview(doc, refs):
@@ -280,7 +315,16 @@ def charts(doc: dict, refs=()) -> list:
             fig = make()
             if fig is None:
                 continue
-            out.append((title, _png(fig), caption))
+            uri = Chart(_png(fig, close=False))
+            try:  # the small-screen version: panels stacked; the wide one stands if it fails
+                if stacked(fig):
+                    uri.narrow = _png(fig, close=False)
+            except Exception as e:  # noqa: BLE001
+                print(f"warning: report chart {title!r}: no stacked version: {e}", file=sys.stderr)
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+            out.append((title, uri, caption))
         except Exception as e:  # a bad evidence dict must not cost the whole report
             out.append((title, None, f"could not draw this chart: {type(e).__name__}: {e}"))
             print(f"warning: report chart {title!r} not drawn: {type(e).__name__}: {e}", file=sys.stderr)
@@ -334,7 +378,45 @@ white-space:nowrap}.meta{color:#57606a}.small{font-size:12px;color:#57606a}
 font-size:12px;max-height:320px}figure{margin:12px 0}figure img{max-width:100%}
 figcaption{color:#57606a;font-size:13px}td.id{font-weight:700;font-family:monospace}
 details summary{cursor:pointer;list-style:none}details summary::-webkit-details-marker{display:none}
+figure img{height:auto;display:block}body{overflow-wrap:anywhere}
+/* phones: tables become stacked rows (each cell labelled with its column), charts fit the width
+   (multi-panel charts come stacked, from a <picture> source), nothing needs sideways panning */
+@media (max-width:{NARROW}px){
+body{padding:10px 12px}h1{font-size:19px}
+#verdict-table thead,#notebook-table thead{display:none}
+#verdict-table,#verdict-table tbody,#verdict-table tr,#verdict-table td,
+#notebook-table,#notebook-table tbody,#notebook-table tr,#notebook-table td{display:block;width:auto}
+#verdict-table tr,#notebook-table tr{border-bottom:2px solid #d0d7de;padding:6px 0}
+#verdict-table td,#notebook-table td{border:0;padding:2px 2px}
+#verdict-table td:empty,#notebook-table td:empty{display:none}
+#verdict-table td::before,#notebook-table td::before{color:#57606a;
+font-size:12px;font-weight:400;font-family:system-ui,sans-serif;margin-right:6px}
+pre{white-space:pre-wrap;max-width:100%}figure{margin:10px 0}
+}
 """
+NARROW_PX = 640  # below this width the report switches to its phone layout
+_CSS = _CSS.replace("{NARROW}", str(NARROW_PX))
+
+
+def _column_labels_css(table_id: str, labels) -> str:
+    """Phone layout: each cell of ``table_id`` labelled with its column's name (the header row is
+    hidden there)."""
+    out = []
+    for i, label in enumerate(labels, start=1):
+        text = str(label).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+        text = text.replace("<", "\\3c ").replace(">", "\\3e ")
+        out.append(f'#{table_id} td:nth-child({i})::before{{content:"{text}"}}')
+    return f"@media (max-width:{NARROW_PX}px){{{''.join(out)}}}"
+
+
+def _figure_html(title: str, uri: str, caption: str) -> str:
+    """A chart: the stacked version for narrow screens where there is one."""
+    narrow = getattr(uri, "narrow", None)
+    img = f"<img src='{uri}' alt='{_e(title)}'>"
+    if narrow:
+        img = (f"<picture><source media='(max-width:{NARROW_PX}px)' srcset='{narrow}'>"
+               f"{img}</picture>")
+    return f"<figure>{img}<figcaption><b>{_e(title)}.</b> {_e(caption)}</figcaption></figure>"
 
 
 def _badge(word: str) -> str:
@@ -351,9 +433,14 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     if chart_list is None:
         chart_list = charts(doc, refs)
     nb_html = {n["name"]: n.get("html") for n in m["notebooks"]}
+    phone_css = (_column_labels_css("verdict-table", ["id", "\u00a7", "claim", "article's figure",
+                                                      "verdict", "measured"]
+                                    + [f"{_short(r)} ({name})" for name, r in refs])
+                 + _column_labels_css("notebook-table", ["notebook", "status", "time", "claims",
+                                                         "error"]))
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
              f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-             f"<title>nogradlab report: {_e(m['device_label'])}</title><style>{_CSS}</style></head><body>",
+             f"<title>nogradlab report: {_e(m['device_label'])}</title><style>{_CSS}{phone_css}</style></head><body>",
              "<h1>What <code>torch.no_grad</code> really does: the article's claims, measured</h1>",
              f"<p class='meta'>This run: <b>{_e(m['device_label'])}</b>, scale <b>{_e(m['scale'])}</b>, "
              f"nogradlab {_e(m['nogradlab'])}, {_e(m['generated'])}, {m['seconds']:.0f} s "
@@ -412,8 +499,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     parts.append("<h2 id='charts'>Charts</h2>")
     for title, uri, caption in chart_list:
         if uri:
-            parts.append(f"<figure><img src='{uri}' alt='{_e(title)}'><figcaption><b>{_e(title)}.</b> "
-                         f"{_e(caption)}</figcaption></figure>")
+            parts.append(_figure_html(title, uri, caption))
         else:
             parts.append(f"<p class='small'><b>{_e(title)}</b>: {_e(caption)}</p>")
 
@@ -455,10 +541,15 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
 def cell_name(err: dict) -> str:
     """Where a notebook failed: ``cell 3 (In [4])``, the cell's index in the executed notebook and
     the prompt its HTML rendering shows."""
+    def name(cell, ec):
+        return f"cell {cell}" + (f" (In [{ec}])" if ec is not None else "")
+
     if err.get("cell") is None:
         return "before any cell"
-    ec = err.get("execution_count")
-    return f"cell {err['cell']}" + (f" (In [{ec}])" if ec is not None else "")
+    here = name(err["cell"], err.get("execution_count"))
+    if err.get("after_cell") is not None:  # a dead kernel: where it died, and how far it got
+        return f"{here}; the last cell that finished: {name(err['after_cell'], err.get('after_execution_count'))}"
+    return here
 
 
 def write_html(doc: dict, out_dir, refs=()) -> Path:

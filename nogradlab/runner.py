@@ -9,17 +9,22 @@ JSON-lines file in the build folder) and ``NOGRADLAB_NOTEBOOK`` (the notebook's 
 kernel inherits them, and every ``claims.check`` inside the notebook appends its Result there.
 
 A run builds into ``<out>.partial`` beside the output folder. Only when every notebook ran and
-every claim got a verdict does it replace ``<out>``; otherwise it becomes ``<out>.failed`` and an
-earlier complete report in ``<out>`` is left as it was.
+every claim got a verdict does it replace ``<out>``; otherwise it becomes ``<out>.failed`` (with a
+``FAILED.txt`` naming the run and what happened) and an earlier complete report in ``<out>`` is left as
+it was. Ctrl-C and SIGTERM end a run the same way; one that arrives while the report is being written
+waits until it is written. Where a run may write, the lock against a second run and what it may delete
+are ``nogradlab.outdir``'s rules: only folders it made, never anything it did not write.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import shutil
 import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +32,7 @@ import torch
 
 from . import claims as _claims
 from . import device as _device
+from . import outdir as _outdir
 from . import report as _report
 from . import workloads as _workloads
 
@@ -35,7 +41,6 @@ __all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir"
 REPO = Path(__file__).resolve().parents[1]
 _NB_RE = re.compile(r"^\d\d_.+\.ipynb$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_BUILD_MARKERS = ("claims.json", "report.html", "ledger.jsonl", "notebooks")
 
 
 def default_dir(name: str) -> Path:
@@ -56,13 +61,24 @@ def discover(notebooks_dir) -> list:
 
 
 def parse_ids(text: "str | None") -> "list | None":
-    """``"C01,C02"`` -> ``["C01", "C02"]`` (checked against the registry); None/"" -> None (all)."""
-    if not text:
+    """``"C01,C02"`` -> ``["C01", "C02"]`` (checked against the registry); None -> None (all claims).
+
+    An empty list, an empty item (``"C01,,C02"``) or an id given twice (``"C06,c06"``) raises ValueError.
+    """
+    if text is None:
         return None
-    chosen = [t.strip().upper() for t in text.split(",") if t.strip()]
-    for c in chosen:
+    items = [t.strip().upper() for t in text.split(",")]
+    if not any(items):
+        raise ValueError("--ids is empty; give claim ids such as C01,C02, or leave --ids out for all claims")
+    if not all(items):
+        raise ValueError(f"--ids {text!r} has an empty item; separate claim ids with single commas, e.g. C01,C02")
+    seen = set()
+    for c in items:
         _claims.get(c)  # raises naming the allowed ids
-    return chosen
+        if c in seen:
+            raise ValueError(f"--ids names {c} twice ({text!r}); give each claim once")
+        seen.add(c)
+    return items
 
 
 @dataclass
@@ -71,17 +87,7 @@ class RunOutcome:
     path: Path  # the folder holding this run's report: <out> on success, <out>.failed otherwise
     doc: dict
     refs: list
-
-
-def _check_out(out: Path) -> None:
-    """Refuse to replace a folder that does not look like one of our builds."""
-    if out.exists():
-        if not out.is_dir():
-            raise FileExistsError(f"output {str(out)!r} exists and is not a folder")
-        entries = {p.name for p in out.iterdir()}
-        if entries and not entries & set(_BUILD_MARKERS):
-            raise FileExistsError(f"output folder {str(out)!r} is not empty and holds no earlier report "
-                                  f"(claims.json / report.html); choose another --out")
+    reason: str = ""  # why the run failed, when it did
 
 
 def _kernel_manager(log):
@@ -120,8 +126,11 @@ def _execute(src: Path, dst: Path, params: dict, cwd: Path, ledger: Path) -> "di
                 "evalue": _ANSI_RE.sub("", str(e.evalue)), "source": e.source,
                 "traceback": _ANSI_RE.sub("", "\n".join(e.traceback or []))}
     except Exception as e:  # kernel died, unreadable notebook, missing kernel, ...
-        return {"cell": None, "execution_count": None, "ename": type(e).__name__, "evalue": str(e),
-                "source": "", "traceback": ""}
+        err = {"cell": None, "execution_count": None, "ename": type(e).__name__, "evalue": str(e),
+               "source": "", "traceback": ""}
+        if dst.exists():  # say how far it got: the cell it died in, the last cell that finished
+            err.update(_where_it_died(dst))
+        return err
     finally:
         log.close()
         if log_path.stat().st_size == 0:
@@ -142,9 +151,23 @@ def _to_html(ipynb: Path) -> "Path | None":
 
     exporter = HTMLExporter(template_name="lab", embed_images=True)
     body, _ = exporter.from_notebook_node(nbformat.read(str(ipynb), as_version=4))
+    body = offline_html(body)
     out = ipynb.with_suffix(".html")
     out.write_text(body, encoding="utf-8")
     return out
+
+
+_REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"'](?:https?:)?//[^>]*>\s*</script>\s*", re.I)
+_REMOTE_LINK = re.compile(r"<link\b[^>]*\bhref\s*=\s*[\"'](?:https?:)?//[^>]*>\s*", re.I)
+_MATHJAX_CONFIG = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->\s*", re.S)
+
+
+def offline_html(body: str) -> str:
+    """An nbconvert page that opens fully offline: without the scripts and style sheets it would load from
+    a CDN (require.js, MathJax, the widget renderer). Plain links in the text stay; TeX shows as source."""
+    body = _MATHJAX_CONFIG.sub("", body)
+    body = _REMOTE_SCRIPT.sub("", body)
+    return _REMOTE_LINK.sub("", body)
 
 
 def _read_ledger(path: Path) -> list:
@@ -161,36 +184,99 @@ def _read_ledger(path: Path) -> list:
     return results
 
 
-def _replace(src: Path, dst: Path) -> None:
-    """Move folder ``src`` to ``dst``, replacing what was there only after the move succeeded."""
-    old = dst.with_name(dst.name + ".previous")
-    if old.exists():
-        shutil.rmtree(old)
-    if dst.exists():
-        dst.rename(old)
-    src.rename(dst)
-    if old.exists():
-        shutil.rmtree(old)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an interrupt so that the run ends the way Ctrl-C ends it."""
+
+
+@contextlib.contextmanager
+def _signals(handler):
+    """Route SIGINT and SIGTERM to ``handler`` inside the block (main thread only), then restore."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _raise_interrupt(signum, frame):
+    import signal
+
+    if signum == signal.SIGTERM:
+        raise Terminated("terminated (SIGTERM)")
+    raise KeyboardInterrupt
+
+
+def _where_it_died(ipynb: Path) -> dict:
+    """For a notebook whose kernel died: the cell it died in (the last one papermill started; papermill marks
+    it "completed" all the same) and the last cell that finished before it."""
+    try:
+        import nbformat
+
+        nb = nbformat.read(str(ipynb), as_version=4)
+    except Exception:
+        return {}
+    started = [(i, c) for i, c in enumerate(nb.cells)
+               if c.cell_type == "code" and c.get("metadata", {}).get("papermill", {}).get("start_time")]
+    if not started:
+        return {}
+    i, c = started[-1]
+    where = {"cell": i, "execution_count": c.get("execution_count"), "source": c.get("source", "")}
+    if len(started) > 1:
+        j, prev = started[-2]
+        where.update(after_cell=j, after_execution_count=prev.get("execution_count"))
+    return where
 
 
 def run(device="auto", scale="auto", out="build", notebooks=None, results=None, progress: bool = True,
         command: str = "") -> RunOutcome:
     """Execute every notebook, gather the verdicts, write claims.json, the executed notebooks with
-    their HTML, and report.html. See the module docstring for where the output lands."""
+    their HTML, and report.html. See the module docstring for where the output lands.
+
+    Raises :class:`~nogradlab.outdir.OutputError` (before any work) for an output folder it may not use.
+    """
     dev = _device.resolve(device)  # bad input fails here, before any work
     scale = _workloads.resolve_scale(scale, dev)
     nb_dir = Path(notebooks) if notebooks else default_dir("notebooks")
     nbs = discover(nb_dir)
-    out = Path(out).resolve()
-    _check_out(out)
     results_dir = Path(results) if results else default_dir("results")
-    refs = _report.load_references(results_dir)
+    protect = [nb_dir, results_dir, REPO / "nogradlab"]
+    lock_path = _outdir.lock_path(out)
+    if not lock_path.parent.is_dir():  # prepare() creates the missing folders, after its checks
+        lock_path = _outdir.prepare(out, protect=protect).lock
+    with _outdir.Lock(lock_path, repr(str(lock_path.parent / Path(out).name))):  # a second run stops here
+        lay = _outdir.prepare(out, protect=protect)
+        refs = _report.load_references(results_dir)
+        # Ctrl-C and SIGTERM: while notebooks run they stop the run (an interrupt); once the report is being
+        # written they are noted and honoured after it, so that no signal can leave half a build behind.
+        state = {"phase": "running", "pending": []}
 
-    work = out.with_name(out.name + ".partial")
-    failed_dir = out.with_name(out.name + ".failed")
-    if work.exists():
-        shutil.rmtree(work)
+        def on_signal(signum, frame):
+            if state["phase"] == "running":
+                _raise_interrupt(signum, frame)
+            if not state["pending"]:
+                print("\nfinishing the report first (a second or two)...", file=sys.stderr)
+            state["pending"].append(signum)
+
+        with _signals(on_signal):
+            return _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state)
+
+
+def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) -> RunOutcome:
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    started = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    work, out, failed_dir = lay.partial, lay.out, lay.failed
+    _outdir.remove_ours(work)  # a partial build left by a run that died (the lock is free: nobody is writing)
     (work / "notebooks").mkdir(parents=True)
+    _outdir.write_mark(work, run_id=run_id, started=started, state="running", command=command,
+                       entries=list(_outdir.BUILD_ENTRIES))
     ledger = work / "ledger.jsonl"
     params = {"device": str(dev), "scale": scale}
     records = [{"name": p.stem, "status": "not run", "seconds": 0.0, "ipynb": None, "html": None,
@@ -199,7 +285,7 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    interrupted = False
+    interrupted = None
     current = records[0]
     bar = tqdm(total=len(nbs), desc="notebooks", unit="nb", disable=not progress, file=sys.stderr)
     try:
@@ -225,29 +311,76 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
             where = "" if not err else f"  ({_report.cell_name(err)}: {err['ename']}: {err['evalue'][:120]})"
             bar.write(f"{mark} {src.stem:<45} {rec['seconds']:7.1f} s{where}", file=sys.stdout)
             bar.update(1)
-    except KeyboardInterrupt:
-        interrupted = True
+        state["phase"] = "finishing"
+    except KeyboardInterrupt as e:
+        state["phase"] = "finishing"
+        interrupted = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
         if current["status"] == "not run":
             current.update(status="failed", error={"cell": None, "execution_count": None,
-                                                   "ename": "KeyboardInterrupt", "evalue": "interrupted"})
+                                                   "ename": type(e).__name__, "evalue": interrupted})
     finally:
+        state["phase"] = "finishing"
         bar.close()
+    return _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted,
+                   state["pending"])
 
-    ledger_results = _read_ledger(ledger)
-    for rec in records:
-        rec["claims"] = sorted({r["id"] for r in ledger_results if r.get("notebook") == rec["name"]})
-    doc = _report.build_doc(ledger_results, source="run", device=dev, scale=scale, notebooks=records,
-                            seconds=time.perf_counter() - t0, command=command, interrupted=interrupted,
-                            missing_reason="not run: no notebook checked this claim")
-    _report.write_json(doc, work / "claims.json")
-    _report.write_html(doc, work, refs)
-    if doc["meta"]["complete"]:
-        _replace(work, out)
-        if failed_dir.exists():  # stale: this run supersedes it
-            shutil.rmtree(failed_dir)
-        return RunOutcome(True, out, doc, refs)
-    _replace(work, failed_dir)
-    return RunOutcome(False, failed_dir, doc, refs)
+
+def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
+    import signal
+
+    work, out, failed_dir = lay.partial, lay.out, lay.failed
+    write_error = None
+    doc = None
+    try:
+        ledger_results = _read_ledger(ledger)
+        for rec in records:
+            rec["claims"] = sorted({r["id"] for r in ledger_results if r.get("notebook") == rec["name"]})
+        doc = _report.build_doc(ledger_results, source="run", device=dev, scale=scale, notebooks=records,
+                                seconds=time.perf_counter() - t0, command=command, interrupted=bool(interrupted),
+                                missing_reason="not run: no notebook checked this claim")
+        _report.write_json(doc, work / "claims.json")
+        _report.write_html(doc, work, refs)
+    except OSError as e:  # a full disk, a folder turned read-only, ...
+        write_error = f"could not write the report: {e}"
+    if doc is None:
+        doc = {"meta": {"complete": False, "interrupted": bool(interrupted), "notebooks": records, "counts": {}},
+               "claims": []}
+    complete = doc["meta"]["complete"] and write_error is None and not interrupted
+    if pending and complete:
+        note = "a Ctrl-C or SIGTERM arrived while the finished report was being written; it was completed first"
+        print(note, file=sys.stderr)
+    try:
+        if complete:
+            _outdir.write_mark(work, run_id=run_id, started=started, state="complete", command=command)
+            _outdir.replace_dir(work, out, lay.previous)
+            _outdir.remove_ours(failed_dir)  # an earlier failure this run supersedes
+            return RunOutcome(True, out, doc, refs)
+        reasons = ([interrupted] if interrupted else []) + ([write_error] if write_error else [])
+        failed = [n["name"] for n in records if n["status"] == "failed"]
+        if failed:
+            reasons.append(f"{len(failed)} notebook(s) failed: {', '.join(failed)}")
+        missing = doc["meta"].get("counts", {}).get(_report.NOT_RUN, 0)
+        if missing:
+            reasons.append(f"{missing} claim(s) without a verdict")
+        reason = "; ".join(reasons) or "incomplete"
+        try:
+            _outdir.write_text_atomic(work / "FAILED.txt",
+                                      f"nogradlab run {run_id}, started {started}, ended "
+                                      f"{time.strftime('%Y-%m-%d %H:%M:%S %z')}\n"
+                                      f"command: {command or '(python API)'}\nwhat happened: {reason}\n")
+        except OSError:
+            pass
+        try:
+            _outdir.write_mark(work, run_id=run_id, started=started, state="failed", reason=reason,
+                               command=command)
+        except OSError:
+            pass
+        _outdir.replace_dir(work, failed_dir, failed_dir.with_name(failed_dir.name + ".previous"))
+        doc["meta"]["failure"] = reason
+        return RunOutcome(False, failed_dir, doc, refs, reason=reason)
+    except (OSError, _outdir.OutputError) as e:
+        reason = f"could not move the build into place: {e}"
+        return RunOutcome(False, work, doc, refs, reason=reason)
 
 
 def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, progress: bool = True,

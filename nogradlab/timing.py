@@ -300,8 +300,8 @@ def _check_int(name: str, value, minimum: int) -> int:
 
 
 def _check_threads(num_threads) -> int:
-    if num_threads is None:
-        return torch.get_num_threads()
+    if num_threads is None:  # torch's pool, but no more threads than CPUs this process may use
+        return min(torch.get_num_threads(), _device.cpu_budget())
     return _check_int("num_threads", num_threads, 1)
 
 
@@ -360,6 +360,7 @@ def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int) -> None:
 # measure
 # --------------------------------------------------------------------------------------------
 
+@_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
 def measure(fn: Callable[[], object], device=None, min_run_time: float = 0.2, warmup: int = 3,
             label: str = "", num_threads: "int | None" = None) -> Timing:
     """Time ``fn()`` (called with no arguments) and return a :class:`Timing`.
@@ -446,6 +447,7 @@ def _calibrate(timer: Timer, target: float) -> int:
     return max(1, round(number * target / elapsed))
 
 
+@_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
 def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = None, device=None,
             rounds: int = 20, min_run_time: float = 0.5, warmup: int = 3, seed: "int | None" = 0,
             num_threads: "int | None" = None, progress: bool = False) -> Comparison:

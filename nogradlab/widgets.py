@@ -104,6 +104,32 @@ def _byte_unit(n: float):
     return "B", 1
 
 
+def _time(seconds: float, unit=None, digits: int = 3) -> str:
+    """Seconds in the unit of ``unit`` (or the value's own): ``'12.3 ms'``, ``'850 µs'``."""
+    text = _timing.format_seconds(seconds, unit, digits)
+    return text[:-2] + "µs" if text.endswith(" us") else text
+
+
+def _unit_label(name: str) -> str:
+    return "µs" if name == "us" else name
+
+
+def _ratio(x: float, digits: int = 2) -> str:
+    """A ratio with the multiplication sign: ``'×1.23'``."""
+    return f"\u00d7{x:.{digits}f}"
+
+
+#: What a ratio whose confidence interval holds both a slowdown and a speedup is shown as.
+UNCLEAR = "no clear difference (noisy)"
+
+
+def clear_difference(ci) -> bool:
+    """False when the interval ``(low, high)`` of a speedup holds both a slowdown (< 1) and a
+    speedup (> 1): the data do not say which way the difference goes, so no ratio is headlined."""
+    low, high = ci
+    return not (low < 1.0 < high)
+
+
 def _error_html(exc: BaseException) -> str:
     return ('<div style="border:1px solid #c00;background:#fee;color:#600;padding:6px 10px;'
             'border-radius:4px" class="nogradlab-error"><b>'
@@ -120,9 +146,21 @@ class _Shown:
     def png(self) -> bytes:
         return _png(self.figure())
 
+    def notes(self) -> list:
+        """Sentences the reader needs next to the table (how to read a capped or noisy value)."""
+        return []
+
+    def _notes_html(self) -> str:
+        return "".join(f'<p class="nogradlab-note">{html.escape(n)}</p>' for n in self.notes())
+
+    def _text(self) -> str:
+        lines = [self._caption(), _text_table(*self._rows())]
+        lines += [f"note: {n}" for n in self.notes()]
+        return "\n".join(lines)
+
     def _repr_html_(self) -> str:
         return (f"<div><p>{html.escape(self._caption())}</p>{_html_table(*self._rows())}"
-                f"{_img_html(self.png())}</div>")
+                f"{self._notes_html()}{_img_html(self.png())}</div>")
 
 
 @dataclass
@@ -158,7 +196,7 @@ class ModesResult(_Shown):
                 t = c.timings[m]
                 row.update(median_ms=t.median * 1e3, iqr_ms=t.iqr * 1e3, speedup=c.speedup[m],
                            ci_low=c.ci[m][0], ci_high=c.ci[m][1], time_saved=c.time_saved(m),
-                           noisy=t.noisy)
+                           noisy=t.noisy, clear_difference=clear_difference(c.ci[m]))
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -176,10 +214,19 @@ class ModesResult(_Shown):
             if c is not None:
                 t = c.timings[m]
                 lo, hi = c.ci[m]
-                row += [_timing.format_seconds(t.median, unit),
-                        _timing.format_seconds(t.iqr, unit, 2) + (" (noisy)" if t.noisy else ""),
-                        f"{c.speedup[m]:.3f}x", f"[{lo:.3f}, {hi:.3f}]",
-                        f"{c.time_saved(m):+.1%}"]
+                clear = clear_difference((lo, hi))
+                if m == c.baseline:
+                    speed, saved = f"{_ratio(1.0)} (baseline)", "\u2013"
+                elif clear:
+                    s_lo, s_hi = c.time_saved_ci(m)
+                    speed = _ratio(c.speedup[m], 3)
+                    saved = f"{c.time_saved(m):+.1%} [{s_lo:+.1%}, {s_hi:+.1%}]"
+                else:  # the interval holds a slowdown and a speedup: no headline number
+                    speed, saved = UNCLEAR, "\u2013"
+                row += [_time(t.median, unit),
+                        _time(t.iqr, unit, 2) + (" (noisy)" if t.noisy else ""),
+                        speed, "\u2013" if m == c.baseline else f"[{_ratio(lo)}, {_ratio(hi)}]",
+                        saved]
             if self.memory:
                 r = self.memory[m]
                 row += [_memory.format_bytes(r.peak_bytes), _memory.format_bytes(r.saved_bytes),
@@ -197,8 +244,23 @@ class ModesResult(_Shown):
                          f"speedup vs {c.baseline!r}")
         return "; ".join(parts)
 
+    def notes(self) -> list:
+        c = self.comparison
+        out = []
+        if c is not None and any(not clear_difference(c.ci[m]) for m in self.modes):
+            out.append(f"{UNCLEAR}: the {_timing.CONFIDENCE:.0%} CI of the speedup spans both a "
+                       f"slowdown (below {_ratio(1.0)}) and a speedup (above {_ratio(1.0)}), so "
+                       "the data do not say which mode is faster; rerun on a quieter machine, with "
+                       "more rounds or a longer min_run_time")
+        for m in self.modes:
+            r = self.memory.get(m)
+            for n in (r.notes if r is not None else []):
+                if f"{m}: {n}" not in out:
+                    out.append(f"{m}: {n}")
+        return out
+
     def __str__(self) -> str:
-        return self._caption() + "\n" + _text_table(*self._rows())
+        return self._text()
 
     __repr__ = __str__
 
@@ -237,11 +299,14 @@ class ModesResult(_Shown):
             ax.bar(list(xs), med, 0.6, yerr=iqr, capsize=4, color="#55a868")
             for x, m in zip(xs, self.modes):
                 lo, hi = c.ci[m]
-                ax.annotate(f"{c.speedup[m]:.2f}x\n[{lo:.2f}, {hi:.2f}]", (x, med[x] + iqr[x]),
+                text = ("baseline" if m == c.baseline else
+                        f"{_ratio(c.speedup[m])}\n[{_ratio(lo)}, {_ratio(hi)}]"
+                        if clear_difference((lo, hi)) else "no clear\ndifference\n(noisy)")
+                ax.annotate(text, (x, med[x] + iqr[x]),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 4),
                             textcoords="offset points")
             ax.set_xticks(list(xs), self.modes)
-            ax.set_ylabel(uname)
+            ax.set_ylabel(_unit_label(uname))
             ax.set_ylim(0, max(a + b for a, b in zip(med, iqr)) * 1.35)
             ax.set_title(f"time per call (median, IQR); speedup vs {c.baseline}")
         if self.title:
@@ -267,21 +332,50 @@ class BudgetResult(_Shown):
     def batches(self) -> dict:
         return {m: r.batch for m, r in self.results.items()}
 
+    @staticmethod
+    def _batch_text(r) -> str:
+        return f"\u2265 {r.batch} (search limit)" if r.at_limit else str(r.batch)
+
+    @staticmethod
+    def _vs(r, base) -> str:
+        """``r``'s batch over the reference's, honest about searches that hit their limit: a
+        capped batch is a lower bound, so its ratio is one too (and a capped reference makes
+        the ratio an upper bound)."""
+        if base is None or not base.batch:
+            return "n/a"
+        if r is base:
+            return f"{_ratio(1.0)} (reference)"
+        x = r.batch / base.batch
+        if r.at_limit and base.at_limit:
+            return "n/a (both hit the search limit)"
+        if r.at_limit:
+            return f"\u2265 {_ratio(x)} (lower bound)"
+        if base.at_limit:
+            return f"\u2264 {_ratio(x)} (upper bound)"
+        return _ratio(x)
+
     def _rows(self):
         base = self.results.get("train")
-        rows = []
-        for m, r in self.results.items():
-            ratio = f"{r.batch / base.batch:.2f}x" if base is not None and base.batch else "n/a"
-            rows.append([m, r.batch, ratio])
+        rows = [[m, self._batch_text(r), self._vs(r, base)] for m, r in self.results.items()]
         return ["mode", "largest batch", "vs train"], rows
+
+    def notes(self) -> list:
+        capped = [m for m, r in self.results.items() if r.at_limit]
+        if not capped:
+            return []
+        limit = max(r.batch for r in self.results.values() if r.at_limit)
+        return [f"\u2265 {limit} (search limit): every batch the search tried fitted for "
+                f"{', '.join(capped)}; the search stopped at its limit (max_batch), so the real "
+                "largest batch is at least this; a ratio over a capped batch is a lower bound (over a "
+                "capped reference, an upper bound), not the real ratio"]
 
     def _caption(self) -> str:
         return (f"{self.workload} ({self.scale}) on {self.device}: largest batch within "
-                f"{self.budget_bytes / 2**30:g} GiB "
+                f"{_memory.format_bytes(self.budget_bytes)} "
                 f"({'fake-tensor estimates' if self.method == 'estimate' else 'real runs'})")
 
     def __str__(self) -> str:
-        return self._caption() + "\n" + _text_table(*self._rows())
+        return self._text()
 
     __repr__ = __str__
 
@@ -292,13 +386,18 @@ class BudgetResult(_Shown):
         ax = fig.subplots()
         names = list(self.results)
         vals = [self.results[m].batch for m in names]
-        ax.barh(names, vals, color="#4c72b0")
-        for y, v in enumerate(vals):
-            ax.annotate(str(v), (v, y), xytext=(3, 0), textcoords="offset points", va="center",
-                        fontsize=8)
+        capped = [self.results[m].at_limit for m in names]
+        bars = ax.barh(names, vals, color="#4c72b0")
+        for bar, cap in zip(bars, capped):
+            if cap:  # open-ended: the search stopped here, the answer is at least this
+                bar.set_hatch("//")
+                bar.set_facecolor("#a6bddb")
+        for y, m in enumerate(names):
+            ax.annotate(self._batch_text(self.results[m]), (vals[y], y), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("largest batch that fits")
-        ax.set_xlim(0, max(vals + [1]) * 1.15)
+        ax.set_xlim(0, max(vals + [1]) * (1.6 if any(capped) else 1.15))
         ax.set_title(self._caption(), fontsize=9)
         fig.tight_layout()
         return fig
@@ -424,7 +523,7 @@ def _run_workload(workload, scale, batch, modes_, dev, memory_source, *, rounds,
     start = _time.perf_counter()
     wl = _workloads.get(workload, scale)
     batch = batch or wl.default_batch
-    with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+    with _device.rng_preserved(dev):  # seeded, leaving the caller's RNG (CPU, CUDA) alone
         torch.manual_seed(0)
         model = wl.build(dev).eval()
         x = wl.make_input(batch, dev)
@@ -479,7 +578,7 @@ class _LiveView:
                              f"{html.escape(text)}</span>")
         self.output.clear_output(wait=True)
         with self.output:
-            display(HTML(_html_table(*res._rows())))
+            display(HTML(_html_table(*res._rows()) + res._notes_html()))
             display(Image(data=res.png(), format="png"))
         return res
 

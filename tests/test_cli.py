@@ -65,7 +65,7 @@ def test_run_refuses_to_replace_a_folder_that_is_not_a_build(tmp_path, capsys):
     precious.mkdir()
     (precious / "thesis.txt").write_text("keep me")
     assert main(["run", "--device", "cpu", "--notebooks", str(tmp_path / "nbs"), "--out", str(precious)]) == 2
-    assert "holds no earlier report" in capsys.readouterr().err
+    assert "was not made by nogradlab" in capsys.readouterr().err
     assert (precious / "thesis.txt").read_text() == "keep me" and len(list(tmp_path.iterdir())) == 2
 
 
@@ -130,12 +130,26 @@ def test_failed_notebook_is_reported_and_earlier_report_kept(tmp_path):
 
 
 def test_replace_moves_the_new_build_into_place(tmp_path):
-    from nogradlab.runner import _replace
+    from nogradlab import outdir
 
     new, out = tmp_path / "build.partial", tmp_path / "build"
     for d, text in ((new, "new"), (out, "old")):
         (d / "notebooks").mkdir(parents=True)
         (d / "report.html").write_text(text)
-    _replace(new, out)
+        outdir.write_mark(d, state="complete")
+    outdir.replace_dir(new, out, tmp_path / "build.previous")
     assert (out / "report.html").read_text() == "new" and (out / "notebooks").is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
+
+
+def test_replace_never_deletes_a_folder_that_is_not_ours(tmp_path):
+    from nogradlab import outdir
+
+    new, out = tmp_path / "build.partial", tmp_path / "build"
+    (new / "notebooks").mkdir(parents=True)
+    outdir.write_mark(new, state="complete")
+    out.mkdir()
+    (out / "thesis.tex").write_text("mine")
+    with pytest.raises(outdir.OutputError, match="did not write"):
+        outdir.replace_dir(new, out, tmp_path / "build.previous")
+    assert (out / "thesis.tex").read_text() == "mine" and new.is_dir()

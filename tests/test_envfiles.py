@@ -1,5 +1,7 @@
 """environment.yml, binder/ and pyproject.toml name the same packages with the same lower bounds,
-so a conda, Binder and pip install give the same lab."""
+so a conda, Binder and pip install give the same lab. The root environment.yml holds everything
+(dependencies, `lab` and `dev` extras); Binder holds only what a learner needs (dependencies and the
+`lab` extra), with Python pinned the way repo2docker reads it and matplotlib without Qt."""
 import os
 import re
 from pathlib import Path
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # conda-forge name -> PyPI name; None: a conda-only entry with no PyPI counterpart
 CONDA_TO_PYPI = {
     "pytorch": "torch",
+    "matplotlib-base": "matplotlib",  # matplotlib without the Qt backends (and Qt itself)
     "pytorch-cpu": None,  # metapackage that selects pytorch's CPU build
     "python": None,
     "pip": None,
@@ -35,12 +38,14 @@ def _split(spec: str):
     return m.group(1).lower().replace("_", "-"), m.group(2)
 
 
-def _pyproject():
+def _pyproject(extras=None):
+    """{PyPI name: bound} of the dependencies plus ``extras`` (None: every extra)."""
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     project = data["project"]
     reqs = list(project["dependencies"])
-    for extra in project.get("optional-dependencies", {}).values():
-        reqs += [r for r in extra if not r.startswith(project["name"])]
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if extras is None or name in extras:
+            reqs += [r for r in extra if not r.startswith(project["name"])]
     return dict(_split(r) for r in reqs)
 
 
@@ -64,10 +69,14 @@ def pyproject():
     return _pyproject()
 
 
-@pytest.mark.parametrize("path", ["environment.yml", "binder/environment.yml"])
-def test_conda_files_name_the_pyproject_packages_with_the_same_bounds(pyproject, path):
+# which extras each conda file holds (None: all of them)
+EXTRAS = {"environment.yml": None, "binder/environment.yml": ("lab",)}
+
+
+@pytest.mark.parametrize("path", list(EXTRAS))
+def test_conda_files_name_the_pyproject_packages_with_the_same_bounds(path):
     env, conda, _ = _conda(ROOT / path)
-    expected = {k: v for k, v in pyproject.items() if k not in NOT_IN_CONDA}
+    expected = {k: v for k, v in _pyproject(EXTRAS[path]).items() if k not in NOT_IN_CONDA}
     assert set(conda) == set(expected), (
         f"{path} vs pyproject.toml: missing {sorted(set(expected) - set(conda))}, "
         f"extra {sorted(set(conda) - set(expected))}")
@@ -98,7 +107,36 @@ def test_binder_installs_the_package_in_postbuild():
     assert os.access(post, os.X_OK), "postBuild must be executable"
 
 
-def test_both_environments_list_the_same_conda_packages():
+def test_binder_is_the_root_environment_without_the_dev_tools():
     a = yaml.safe_load((ROOT / "environment.yml").read_text())["dependencies"]
     b = yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())["dependencies"]
-    assert [d for d in a if isinstance(d, str)] == [d for d in b if isinstance(d, str)]
+    dev = {_split(r)[0] for r in _pyproject(("dev",))} - set(_pyproject(("lab",)))
+    root = [d for d in a if isinstance(d, str) and _split(d)[0] not in dev]
+    assert [d for d in b if isinstance(d, str)] == root
+
+
+@pytest.mark.parametrize("path", list(EXTRAS))
+def test_python_is_pinned_the_way_repo2docker_reads_it(path):
+    """repo2docker takes the Python version from a `python=X.Y` entry only; `python>=3.10` leaves
+    it on its own default, whatever that is the day the image is built."""
+    deps = yaml.safe_load((ROOT / path).read_text())["dependencies"]
+    pins = [d for d in deps if isinstance(d, str) and d.replace(" ", "").startswith("python")]
+    assert len(pins) == 1 and re.fullmatch(r"python=3\.1[0-9]", pins[0].replace(" ", "")), pins
+    minimum = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert minimum.startswith(">=") and tuple(map(int, pins[0].split("=")[1].split("."))) >= \
+        tuple(map(int, minimum[2:].split(".")))
+
+
+@pytest.mark.parametrize("path", list(EXTRAS))
+def test_matplotlib_without_qt(path):
+    names = [_split(d)[0] for d in yaml.safe_load((ROOT / path).read_text())["dependencies"]
+             if isinstance(d, str)]
+    assert "matplotlib-base" in names and "matplotlib" not in names
+
+
+def test_binder_holds_no_dev_tools():
+    names = {_split(d)[0] for d in
+             yaml.safe_load((ROOT / "binder" / "environment.yml").read_text())["dependencies"]
+             if isinstance(d, str)}
+    for tool in ("pytest", "nbval", "jupytext", "nbstripout", "playwright", "psutil"):
+        assert tool not in names, f"binder/environment.yml installs the dev tool {tool}"

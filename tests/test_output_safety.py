@@ -1,0 +1,300 @@
+"""Issue 12, findings 1-4 and the runner's part of 5: a run never deletes what it did not write, two runs
+never share an output folder, every way a run ends leaves the earlier report (or the new one) and a
+``.failed`` of its own, and bad output paths fail before any work with exit 2 and no traceback."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from nogradlab import outdir, report, runner
+from nogradlab.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cli import FAKE_LEDGER, write_notebook  # noqa: E402
+
+
+def cli(*argv, cwd, timeout=240):
+    return subprocess.run([sys.executable, "-m", "nogradlab", *argv], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd,
+                          env={**os.environ, "NOGRADLAB_LEDGER": "", "NOGRADLAB_NOTEBOOK": "",
+                               "PYTHONPATH": str(ROOT)})
+
+
+def good_notebooks(tmp_path):
+    write_notebook(tmp_path / "good", "01_fake_ledger", FAKE_LEDGER)
+    return tmp_path / "good"
+
+
+def run_args(nbs, out, tmp_path):
+    return ["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(nbs), "--out", str(out),
+            "--results", str(tmp_path / "no-results"), "--no-progress"]
+
+
+def tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+# -- finding 1: data loss -------------------------------------------------------------------------------
+
+def test_finding1_a_users_folder_with_an_entry_named_notebooks_is_refused(tmp_path, capsys):
+    d = tmp_path / "d"
+    (d / "notebooks").mkdir(parents=True)
+    (d / "data").mkdir()
+    (d / "thesis.tex").write_text("x")
+    before = tree(d)
+    rc = main(run_args(good_notebooks(tmp_path), d, tmp_path))
+    err = capsys.readouterr().err
+    assert rc == 2 and "not made by nogradlab" in err and "Traceback" not in err
+    assert tree(d) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "good"]
+
+
+def test_finding1_the_repository_root_as_out_is_refused(tmp_path):
+    proc = cli(*run_args(good_notebooks(tmp_path), ".", tmp_path), cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "which nogradlab reads" in proc.stderr
+    assert (ROOT / ".git").exists() and (ROOT / "pyproject.toml").exists()
+    assert not (ROOT.parent / f"{ROOT.name}.partial").exists()
+    # and without the package inside: any checkout (.git, .venv) is "not made by nogradlab"
+    other = tmp_path / "checkout"
+    (other / ".git").mkdir(parents=True)
+    (other / ".venv").mkdir()
+    proc = cli(*run_args(tmp_path / "good", ".", tmp_path), cwd=other)
+    assert proc.returncode == 2 and "nothing in it was touched" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in other.iterdir()) == [".git", ".venv"]
+
+
+def test_finding1_a_marked_folder_that_now_holds_a_users_file_is_refused(tmp_path, capsys):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    assert outdir.read_mark(out)["state"] == "complete"
+    (out / "my_notes.txt").write_text("mine")
+    before = tree(out)
+    assert main(run_args(nbs, out, tmp_path)) == 2
+    assert "my_notes.txt" in capsys.readouterr().err
+    assert tree(out) == before
+
+
+def test_finding1_a_users_folder_named_like_our_siblings_is_never_deleted(tmp_path, capsys):
+    nbs = good_notebooks(tmp_path)
+    mine = tmp_path / "build.partial"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("keep")
+    assert main(run_args(nbs, tmp_path / "build", tmp_path)) == 2
+    assert "build.partial" in capsys.readouterr().err and (mine / "keep.txt").read_text() == "keep"
+
+
+def test_a_run_replaces_its_own_earlier_report_and_an_empty_folder(tmp_path):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    out.mkdir()  # an empty folder the user made for it
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    first = outdir.read_mark(out)["run_id"]
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    second = outdir.read_mark(out)
+    assert second["run_id"] != first and set(second["entries"]) >= {"claims.json", "report.html", "notebooks"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "good"]  # no lock, partial or previous left
+
+
+# -- finding 2: two runs into one --out ---------------------------------------------------------------
+
+def test_finding2_a_second_run_into_the_same_folder_is_refused_at_once(tmp_path):
+    slow = tmp_path / "slow"
+    write_notebook(slow, "01_slow", "import time; time.sleep(6)", FAKE_LEDGER)
+    out = tmp_path / "build"
+    first = subprocess.Popen([sys.executable, "-m", "nogradlab", *run_args(slow, out, tmp_path)],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "NOGRADLAB_LEDGER": "", "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "build.partial").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert (tmp_path / "build.partial").exists(), "the first run did not start"
+        t = time.perf_counter()
+        second = cli(*run_args(good_notebooks(tmp_path), out, tmp_path), cwd=tmp_path)
+        assert second.returncode == 2 and "another nogradlab run" in second.stderr, second.stderr
+        assert time.perf_counter() - t < 30  # refused at once, not after running anything
+        assert "Traceback" not in second.stderr
+    finally:
+        stdout, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr
+    doc = report.load_doc(out / "claims.json")
+    assert [n["name"] for n in doc["meta"]["notebooks"]] == ["01_slow"]
+    ids = [c["id"] for c in doc["claims"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_lock_refuses_a_second_holder_and_is_removed_on_release(tmp_path):
+    path = tmp_path / ".x.nogradlab-lock"
+    with outdir.Lock(path, "x"):
+        with pytest.raises(outdir.OutputBusy, match="another nogradlab run .*pid"):
+            outdir.Lock(path, "x").acquire()
+    assert not path.exists()
+    with outdir.Lock(path, "x"):  # free again
+        pass
+
+
+# -- finding 3: SIGTERM and a late Ctrl-C -------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_finding3_a_signal_mid_run_keeps_the_earlier_report_and_writes_this_runs_failed(tmp_path, sig):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    earlier = tree(out)
+    slow = tmp_path / "slow"
+    write_notebook(slow, "01_slow", "import time; time.sleep(60)", FAKE_LEDGER)
+    proc = subprocess.Popen([sys.executable, "-m", "nogradlab", *run_args(slow, out, tmp_path)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "NOGRADLAB_LEDGER": "", "PYTHONPATH": str(ROOT)})
+    deadline = time.time() + 60
+    while not list((tmp_path / "build.partial" / "notebooks").glob("*.ipynb")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert tree(out) == earlier
+    failed = tmp_path / "build.failed"
+    text = (failed / "FAILED.txt").read_text()
+    mark = outdir.read_mark(failed)
+    assert mark["state"] == "failed" and mark["run_id"] in text
+    assert ("SIGTERM" if sig == signal.SIGTERM else "Ctrl-C") in text
+    assert not (tmp_path / "build.partial").exists()
+    assert not list(tmp_path.glob(".build.nogradlab-lock"))
+
+
+def test_finding3_a_ctrl_c_while_the_report_is_written_is_honoured_after_it(tmp_path, monkeypatch):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    real = report.write_html
+
+    def write_then_interrupt(doc, folder, refs=()):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives in the last seconds of the run
+        time.sleep(0.2)
+        return real(doc, folder, refs)
+
+    monkeypatch.setattr(runner._report, "write_html", write_then_interrupt)
+    outcome = runner.run("cpu", "tiny", out, nbs, tmp_path / "no-results", progress=False)
+    assert outcome.ok and (out / "report.html").exists() and outdir.read_mark(out)["state"] == "complete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "good"]
+
+
+def test_a_stale_failed_build_is_replaced_by_this_runs(tmp_path):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    bad = tmp_path / "bad"
+    write_notebook(bad, "01_boom", "raise ValueError('boom')")
+    o1 = runner.run("cpu", "tiny", out, bad, tmp_path / "no-results", progress=False)
+    o2 = runner.run("cpu", "tiny", out, bad, tmp_path / "no-results", progress=False)
+    assert not o1.ok and not o2.ok
+    assert outdir.read_mark(tmp_path / "build.failed")["run_id"] in (tmp_path / "build.failed" / "FAILED.txt").read_text()
+    assert "ValueError" not in o2.reason and "01_boom" in o2.reason
+    assert runner.run("cpu", "tiny", out, nbs, tmp_path / "no-results", progress=False).ok
+    assert not (tmp_path / "build.failed").exists()  # superseded by the good run
+
+
+# -- finding 4: bad output paths ----------------------------------------------------------------------
+
+def test_finding4_claims_json_into_a_folder_fails_before_the_checks(tmp_path):
+    t = time.perf_counter()
+    proc = cli("claims", "--device", "cpu", "--scale", "tiny", "--ids", "C01", "--json", str(tmp_path),
+               cwd=tmp_path)
+    assert proc.returncode == 2 and "is a folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert "C01" not in proc.stdout  # no check ran
+    assert time.perf_counter() - t < 60
+
+
+def test_finding4_claims_json_never_overwrites_a_users_file(tmp_path, capsys):
+    mine = tmp_path / "results.json"
+    mine.write_text('{"my": "data"}')
+    assert main(["claims", "--device", "cpu", "--ids", "C01", "--json", str(mine), "--no-progress"]) == 2
+    assert "not a claims.json written by nogradlab" in capsys.readouterr().err
+    assert mine.read_text() == '{"my": "data"}'
+
+
+def test_finding4_unwritable_or_missing_locations_fail_with_exit_2(tmp_path, capsys, monkeypatch):
+    # a parent that cannot be created (a file is in the way)
+    (tmp_path / "afile").write_text("x")
+    assert main(run_args(good_notebooks(tmp_path), tmp_path / "afile" / "sub" / "out", tmp_path)) == 2
+    assert "cannot create" in capsys.readouterr().err
+    # a --json in a folder that does not exist
+    assert main(["claims", "--device", "cpu", "--ids", "C01", "--json", str(tmp_path / "no" / "c.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_finding4_a_read_only_out_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    earlier = tree(out)
+    real_write_bytes = Path.write_bytes
+
+    def read_only(self, data):  # as a read-only filesystem answers (root ignores chmod)
+        if self.parent == out:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_write_bytes(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", read_only)
+    ran = []
+    monkeypatch.setattr(runner, "_execute", lambda *a, **k: ran.append(a))
+    assert main(run_args(nbs, out, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "cannot write to the output folder" in err and "Permission denied" in err
+    assert not ran and tree(out) == earlier
+
+
+def test_a_full_disk_while_writing_keeps_the_earlier_report(tmp_path, monkeypatch, capsys):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    assert main(run_args(nbs, out, tmp_path)) == 0
+    earlier = tree(out)
+
+    def full(doc, folder, refs=()):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner._report, "write_html", full)
+    assert main(run_args(nbs, out, tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "left as it was" in err and "Traceback" not in err
+    assert tree(out) == earlier
+    assert "No space left" in (tmp_path / "build.failed" / "FAILED.txt").read_text()
+
+
+# -- finding 5 (runner part): claim ids, a dead kernel --------------------------------------------------
+
+@pytest.mark.parametrize("ids, words", [("", "empty"), (" , ", "empty"), ("C06,c06", "C06 twice"),
+                                        ("C01,,C02", "empty item")])
+def test_finding5_empty_or_duplicated_ids_are_rejected(ids, words, capsys):
+    assert main(["claims", "--device", "cpu", "--ids", ids]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_finding5_a_dead_kernel_is_reported_with_the_last_cell_that_finished(tmp_path):
+    nbs = tmp_path / "dies"
+    write_notebook(nbs, "01_dies", "a = 1", "b = 2", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    outcome = runner.run("cpu", "tiny", tmp_path / "build", nbs, tmp_path / "no-results", progress=False)
+    err = outcome.doc["meta"]["notebooks"][0]["error"]
+    # cells: parameters, papermill's injected parameters, a = 1, b = 2, the one that kills the kernel
+    assert not outcome.ok and err["ename"] == "DeadKernelError"
+    assert (err["cell"], err["execution_count"]) == (4, 5) and "SIGKILL" in err["source"]
+    assert (err["after_cell"], err["after_execution_count"]) == (3, 4)
+    assert report.cell_name(err) == "cell 4 (In [5]); the last cell that finished: cell 3 (In [4])"
+    assert "the last cell that finished: cell 3 (In [4])" in (tmp_path / "build.failed" / "report.html").read_text()
+
+
+def test_executed_notebook_pages_open_offline(tmp_path):
+    nbs = tmp_path / "nb"
+    write_notebook(nbs, "01_math", "print(1)")
+    nb = nbformat.read(str(nbs / "01_math.ipynb"), as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("$x^2$ and [the docs](https://pytorch.org/docs/stable/)"))
+    nbformat.write(nb, str(nbs / "01_math.ipynb"))
+    runner.run("cpu", "tiny", tmp_path / "build", nbs, tmp_path / "no-results", progress=False)
+    page = next((tmp_path).glob("build*/notebooks/01_math.html")).read_text()
+    import re
+    remote = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"'](?:https?:)?//[^\"']*", page)
+    assert remote == []
+    assert "https://pytorch.org/docs/stable/" in page  # a link in the text is not a resource
