@@ -21,9 +21,12 @@ and a search needs 3 to 5 of them. ``ctx.params`` knobs are named in each docstr
 """
 from __future__ import annotations
 
+import torch
+
 from .. import batch as _batch
-from .. import memory, serving, workloads
+from .. import memory, serving, timing, workloads
 from . import claim_check
+from .rules import RULES
 
 GiB = 2 ** 30
 MiB = 2 ** 20
@@ -41,6 +44,21 @@ def _method(ctx) -> tuple:
     return (str(ctx.device), "search") if ctx.on_gpu else ("cuda", "estimate")
 
 
+def shared_largest_batch(name: str, mode: str, budget: int, dev, *, scale: str = "full",
+                         method: str = "auto", **kw) -> _batch.BatchResult:
+    """:func:`nogradlab.batch.largest_batch`, an estimate searched once per run and shared (C04 and
+    C20 ask for the same ones): its answer is exact whatever ``start``/``hint`` say, so they are
+    not part of the key. Real searches are not shared (they depend on what the device holds)."""
+    if method != "estimate":
+        return _batch.largest_batch(name, mode, budget, dev, scale=scale, method=method, **kw)
+    mha = getattr(torch.backends, "mha", None)
+    fast = mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
+    key = ("largest_batch", name, mode, int(budget), str(dev), scale, method, fast,
+           tuple(sorted((k, repr(v)) for k, v in kw.items() if k not in ("start", "hint", "progress"))))
+    return timing.shared(key, lambda: _batch.largest_batch(name, mode, budget, dev, scale=scale,
+                                                            method=method, **kw))
+
+
 def _row(r: _batch.BatchResult) -> dict:
     return {"workload": r.workload, "mode": r.mode, "budget_bytes": r.budget_bytes, "batch": r.batch,
             "method": r.method, "device": r.device, "scale": r.scale, "trials": len(r.trials),
@@ -54,12 +72,12 @@ def _searches(name: str, budget: int, dev, method: str, scale: str = "full", **k
     answer as its hint (a training step keeps about what a grad forward keeps, while its guess from
     batches 1 and 2 is poor: there it peaks at the optimizer step). The answers are exact anyway;
     the hint saves trials."""
-    grad = _batch.largest_batch(name, "grad", budget, dev, scale=scale, method=method, **kw)
+    grad = shared_largest_batch(name, "grad", budget, dev, scale=scale, method=method, **kw)
     hint = grad.batch if grad.batch > 1 else None
-    return {"train": _batch.largest_batch(name, "train", budget, dev, scale=scale, method=method,
+    return {"train": shared_largest_batch(name, "train", budget, dev, scale=scale, method=method,
                                           hint=hint, **kw),
             "grad": grad,
-            "eval+no_grad": _batch.largest_batch(name, "eval+no_grad", budget, dev, scale=scale,
+            "eval+no_grad": shared_largest_batch(name, "eval+no_grad", budget, dev, scale=scale,
                                                  method=method, **kw)}
 
 
@@ -212,27 +230,49 @@ def _slope(r: _batch.BatchResult) -> "float | None":
 @claim_check("C25")
 def c25(ctx):
     """The survey figures (87 % / 2.1x) have no source: not testable. The mechanism is tested on a
-    real Tornado server: memory per request without no_grad, with no_grad, and when the handler
-    keeps its outputs.
+    real Tornado server on 127.0.0.1: memory per request without no_grad, with no_grad, when the
+    handler keeps its outputs (with grad and under no_grad: the difference is the graphs' share),
+    and "under load": several concurrent clients (bounded in count and time) served by as many
+    worker threads, grad vs no_grad.
 
-    Knobs: ``requests`` (8 on a quick CPU run, else 50), ``workload`` ("mlp"), ``batch``.
+    Knobs: ``requests`` (8 on a quick CPU run, else 50), ``clients`` (4; at most
+    ``serving.MAX_CLIENTS``), ``workload`` ("mlp"), ``batch``, ``deadline_s`` (60).
     """
     n = int(ctx.params.get("requests", 8 if _quick(ctx) else 50))
+    k = int(ctx.params.get("clients", 4))
+    deadline = float(ctx.params.get("deadline_s", 60))
     name = ctx.params.get("workload", "mlp")
     workloads.get(name, ctx.scale)
-    variants = ("grad", "no_grad", "keep_outputs")
+    if not 1 <= k <= serving.MAX_CLIENTS:
+        raise ValueError(f"clients must be in [1, {serving.MAX_CLIENTS}], got {k}")
+    variants = ("grad", "no_grad", "keep_outputs", "keep_outputs_no_grad")
     res = serving.compare(variants, n=n, workload=name, scale=ctx.scale, device=ctx.device,
                           batch=ctx.params.get("batch"))
+    load = {v: serving.run(v, n * k, workload=name, scale=ctx.scale, device=ctx.device,
+                           batch=ctx.params.get("batch"), clients=k, deadline_s=deadline)
+            for v in ("grad", "no_grad")}
     s = {v: r.summary() for v, r in res.items()}
+    sl = {v: r.summary() for v, r in load.items()}
     fmt = memory.format_bytes
+    grow_g = s["keep_outputs"]["held_growth_per_request"]
+    grow_ng = s["keep_outputs_no_grad"]["held_growth_per_request"]
+    graph_share = 1 - grow_ng / grow_g if grow_g else None
     summary = (
         "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey. The mechanism, "
-        f"measured on a Tornado server ({name}, {ctx.scale}, {n} requests each): without no_grad each "
-        f"request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that never comes "
-        f"(freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}; "
-        f"a handler that keeps its outputs holds {fmt(s['keep_outputs']['held_bytes_after_last'])} "
-        f"after {n} requests (+{fmt(s['keep_outputs']['held_growth_per_request'])} per request, "
-        "graphs included): that, not the missing no_grad alone, is what grows until memory runs out.")
+        f"measured on a Tornado server on 127.0.0.1 ({name}, {ctx.scale}, {ctx.device}): one request at a time, "
+        f"without no_grad each request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that "
+        f"never comes (freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. "
+        f"Under load ({k} concurrent clients, {len(load['grad'].requests)} requests, {k} worker threads): up to "
+        f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping "
+        f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran "
+        f"({fmt(sl['no_grad']['saved_bytes_per_request'])} with no_grad, {sl['no_grad']['max_concurrent_calls']} at once); at most "
+        f"{sl['grad']['max_alive_outputs']} outputs were alive at once, holding up to "
+        f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad, vs {sl['no_grad']['max_alive_outputs']} holding "
+        f"{fmt(sl['no_grad']['max_in_flight_bytes'])} with it (each output without no_grad drags its graph). A handler that keeps its outputs grows by {fmt(grow_g)} per request with grad and "
+        f"{fmt(grow_ng)} under no_grad"
+        + (f": the graphs are {graph_share:.0%} of that growth, the outputs the rest" if graph_share is not None else "")
+        + ". Kept outputs, not the missing no_grad alone, grow until memory runs out; no_grad shrinks what "
+        "each kept output drags along.")
     series = {v: {"request": [a["index"] for a in r.requests],
                   "held_bytes": [a["held_bytes"] for a in r.requests],
                   "saved_bytes": [a["saved_bytes"] for a in r.requests],
@@ -243,5 +283,16 @@ def c25(ctx):
                 "memory_method": res["grad"].memory_method + " (memory.measure around the model "
                                  "call, in the thread that runs it)",
                 "summaries": s, "series": series, "workload": name, "scale": ctx.scale,
-                "batch": res["grad"].batch, "requests": n}
+                "batch": res["grad"].batch, "requests": n,
+                "under_load": {"clients": k, "deadline_s": deadline, "summaries": sl,
+                               "alive_outputs": {v: [a["alive_outputs"] for a in r.requests] for v, r in load.items()},
+                               "concurrent_calls": {v: [a["concurrent_calls"] for a in r.requests]
+                                                    for v, r in load.items()},
+                               "in_flight_bytes": {v: [a["in_flight_bytes"] for a in r.requests] for v, r in load.items()}},
+                "graph_share_of_kept_growth": graph_share,
+                "definitions": {"graph_share_of_kept_growth": "1 - growth per request(keep_outputs under no_grad) / "
+                                                             "growth per request(keep_outputs with grad)",
+                                "max_in_flight_bytes": "the largest sum, at any answer, of the bytes retained by "
+                                                       "outputs alive at that moment (its own and those of "
+                                                       "requests in flight beside it)"}}
     return "not testable", summary, evidence
