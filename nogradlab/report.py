@@ -33,7 +33,8 @@ from . import device as _device
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
-           "render_html", "write_html", "charts", "color_default", "cell_name", "older_rule"]
+           "render_html", "write_html", "charts", "color_default", "cell_name", "older_rule", "merge_docs",
+           "git_commit"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
@@ -154,13 +155,80 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
 
     from .claims import rules as _rules
 
-    meta = {"schema_version": 2, "rules_digest": _rules.digest(),
+    commit = git_commit()
+    meta = {"schema_version": 2, "rules_digest": _rules.digest(), **({"nogradlab_commit": commit} if commit else {}),
             "generated": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             "source": source, "command": command, "device": info, "device_label": _device.label(info),
             "machine": machine_slug(info), "torch": torch.__version__, "scale": scale,
             "nogradlab": __version__, "seconds": round(float(seconds), 2), "complete": complete,
             "interrupted": bool(interrupted), "counts": counts, "notebooks": nbs}
     return {"meta": meta, "claims": entries}
+
+
+def git_commit(root=None) -> "str | None":
+    """The git commit of the nogradlab checkout (short hash, ``+dirty`` when files differ), or None
+    when it is not a git checkout or git is missing."""
+    import subprocess
+
+    root = Path(root) if root else Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def merge_docs(docs, *, names=(), note: str = "", commit: "str | None" = None) -> dict:
+    """One claims.json from partial runs of the same machine and scale (e.g. a reference run split
+    in two by its time budget). Per claim, the entry with a verdict wins (a later document over an
+    earlier one when both have one); counts, ``complete`` and ``seconds`` are recomputed;
+    ``merged_from`` lists ``names``. Documents from different machines or scales are refused.
+    The result keeps the lowest ``schema_version`` of its inputs (a v1 input has no rules)."""
+    docs = list(docs)
+    if not docs:
+        raise ValueError("merge_docs needs at least one document")
+    for d in docs:
+        validate(d)
+    first = docs[0]["meta"]
+    for d in docs[1:]:
+        m = d["meta"]
+        if (m["machine"], m["scale"], m["torch"]) != (first["machine"], first["scale"], first["torch"]):
+            raise ValueError(f"cannot merge runs of different machines, scales or torch versions: "
+                             f"{first['machine']}/{first['scale']}/{first['torch']} vs "
+                             f"{m['machine']}/{m['scale']}/{m['torch']}")
+    by_id = {}
+    for d in docs:
+        for c in d["claims"]:
+            if c["id"] not in by_id or c["verdict"] is not None:  # a missing verdict never replaces one
+                by_id[c["id"]] = c
+    entries = [by_id[c.id] for c in _claims.all_claims() if c.id in by_id]
+    words = [verdict_word(e["verdict"]) for e in entries]
+    counts = {w: words.count(w) for w in COLOURS if w in words}
+    meta = dict(first)
+    meta.update(schema_version=min(d["meta"]["schema_version"] for d in docs),
+                generated=max(d["meta"]["generated"] for d in docs),
+                seconds=round(sum(d["meta"]["seconds"] for d in docs), 2), counts=counts,
+                complete=counts.get(NOT_RUN, 0) == 0 and len(entries) == len(_claims.ids())
+                and not any(d["meta"].get("interrupted") for d in docs),
+                interrupted=any(d["meta"].get("interrupted") for d in docs),
+                command=" + ".join(d["meta"].get("command", "") for d in docs),
+                notebooks=[n for d in docs for n in d["meta"]["notebooks"]])
+    if names:
+        meta["merged_from"] = [str(n) for n in names]
+    if note:
+        meta["note"] = note
+    if commit:
+        meta["nogradlab_commit"] = commit
+    if meta["schema_version"] < 2:
+        meta.pop("rules_digest", None)
+    doc = {"meta": meta, "claims": entries}
+    validate(doc)
+    return doc
 
 
 def write_json(doc: dict, path) -> Path:
