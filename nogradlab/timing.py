@@ -601,20 +601,58 @@ class RunCache:
     seed and the timing knobs); :meth:`get` returns the stored value or makes it with ``make()``
     and stores it. ``claims.check_all`` (and ``python -m nogradlab claims``) start with an empty
     cache; within a notebook's kernel the cache lives as long as the process, so two checks of one
-    run read the same numbers. :meth:`clear` empties it (``claims.new_run()`` calls it)."""
+    run read the same numbers. :meth:`clear` empties it (``claims.new_run()`` calls it).
+
+    ``python -m nogradlab run`` executes each notebook in its own kernel, all with the same
+    ``NOGRADLAB_LEDGER`` file: then every value is also kept beside that ledger, in the folder
+    ``<ledger>.timings/`` (one pickle per key, written by this run), so a notebook reads what an
+    earlier notebook of the same run measured."""
 
     def __init__(self):
         self._store: dict = {}
         self.hits = 0
         self.misses = 0
 
+    @staticmethod
+    def _disk_path(key) -> "str | None":
+        import hashlib
+        import os
+
+        ledger = os.environ.get("NOGRADLAB_LEDGER")
+        if not ledger:
+            return None
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".pkl"
+        return os.path.join(ledger + ".timings", name)
+
     def get(self, key, make: Callable[[], object]):
+        import os
+        import pickle
+
         if key in self._store:
             self.hits += 1
             return self._store[key]
+        path = self._disk_path(key)
+        if path is not None and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    stored_key, value = pickle.load(f)
+                if stored_key == key:
+                    self.hits += 1
+                    self._store[key] = value
+                    return value
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+                pass  # unreadable: measure again
         self.misses += 1
         value = make()
         self._store[key] = value
+        if path is not None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path + ".tmp", "wb") as f:
+                    pickle.dump((key, value), f)
+                os.replace(path + ".tmp", path)
+            except (OSError, pickle.PicklingError, TypeError, AttributeError):
+                pass  # not picklable or not writable: shared within this process only
         return value
 
     def __contains__(self, key) -> bool:

@@ -90,8 +90,8 @@ def _knobs(ctx, **quick_overrides) -> dict:
     if _quick(ctx):
         k = dict(rounds=5, min_run_time=0.1, warmup=1, num_threads=1)
         k.update(quick_overrides)
-    else:
-        k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None)
+    else:  # 0.5 s of timed calls per case: a GPU condition times up to nine cases
+        k = dict(rounds=20, min_run_time=0.5, warmup=5, num_threads=None)
     for key in k:
         if key in ctx.params:
             k[key] = ctx.params[key]
@@ -356,23 +356,38 @@ def _cast(ctx) -> str:
     return "fp16" if ctx.device.type == "cuda" else "bf16"
 
 
-def _lever_settings(ctx, name) -> list:
+def _lever_batches(ctx, wl) -> tuple:
+    """The batches whose conditions also time the levers (X05): on a GPU (or at small/full scale)
+    every speed batch, so both the overhead-bound and the compute-bound regime are shown; on a
+    tiny CPU run only the main speed batch (:func:`_speed_batch`), to stay within a minute."""
+    bs = _speed_batches(ctx, wl)
+    if _quick(ctx):
+        main = _speed_batch(ctx, wl)
+        return tuple(b for b in bs if b == main) or bs[-1:]
+    return bs
+
+
+def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     """Every forward setting timed in one condition, whichever check asks first (so that each
-    number is measured once, with one protocol): grad (the baseline), no_grad, inference_mode,
-    autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA), channels_last for the CNNs
-    (stacked with the autocast dtypes on CUDA), the transformer's no_grad with its fused fast path
-    switched off, and torch.compile where it runs."""
-    out = ["grad", "no_grad", "inference_mode"]
+    number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
+    no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
+    inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA),
+    channels_last for the CNNs (stacked with the autocast dtypes on CUDA) and torch.compile where
+    it runs. The set depends only on the condition, never on which check asks."""
+    out = ["grad", "no_grad"]
+    if name == "transformer_base":
+        out.append("no_grad (fast path off)")
+    if batch is not None and batch not in _lever_batches(ctx, workloads.get(name, ctx.scale)):
+        return out
+    out.append("inference_mode")
     casts = ("fp16", "bf16") if ctx.device.type == "cuda" else ("bf16",)
     out += [f"no_grad+{c}" for c in casts]
     if name in CNNS:
         out.append("no_grad+channels_last")
         if ctx.device.type == "cuda":
             out += [f"no_grad+{c}+channels_last" for c in casts]
-    if name == "transformer_base":
-        out.append("no_grad (fast path off)")
-    if _compile_reason(ctx) is None:
-        out.append("no_grad+compile")
+    if _compile_reason(ctx) is None and batch in (None, _speed_batch(ctx, workloads.get(name, ctx.scale))):
+        out.append("no_grad+compile")  # at the main batch only: each new shape compiles again
     return out
 
 
@@ -458,7 +473,7 @@ def forward_condition(ctx, name: str, batch: int) -> Condition:
 
 
 def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
-    settings = _lever_settings(ctx, name)
+    settings = _lever_settings(ctx, name, batch)
     skipped = {}
     if name not in CNNS:
         skipped["channels_last"] = "not a convolutional network"
@@ -1316,7 +1331,8 @@ def x05(ctx):
     fp16 and bf16 on CUDA), channels_last for the CNNs (stacked with the autocast dtypes on CUDA),
     torch.compile where it runs (compiled before timing). On CUDA ``cudnn.benchmark`` is on and
     the TF32 state is reported; the batches cover the overhead-bound regime (the default batch)
-    and the compute-bound one (8x). Cases whose CIs overlap are ranked as ties. Knobs:
+    and the compute-bound one (8x); a tiny CPU run times the main speed batch only
+    (:func:`_lever_batches`). Cases whose CIs overlap are ranked as ties. Knobs:
     ``workloads``, ``batches``, ``compile`` (True/False forces it on/off; off on tiny CPU runs)."""
     rule = RULES["X05"]
     margin = rule.threshold or 0.05
@@ -1325,7 +1341,7 @@ def x05(ctx):
     rows, beats = [], {}
     state = {}
     for name in names:
-        for b in _speed_batches(ctx, workloads.get(name, ctx.scale)):
+        for b in _lever_batches(ctx, workloads.get(name, ctx.scale)):
             c = forward_condition(ctx, name, b)
             if c.comparison is None:
                 rows.append({"workload": name, "batch": b, "skipped": c.skipped})
