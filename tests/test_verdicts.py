@@ -132,23 +132,16 @@ def test_claims_json_entries_carry_a_non_empty_rule(tmp_path):
 # ---------------------------------------------------------------------------------- ties
 
 
-def _condition(speedups: dict, cis: dict) -> N.Condition:
-    cmp = timing.Comparison(timings={k: None for k in speedups}, baseline="grad", speedup=speedups,
-                            ci=cis, rounds=5, device="cpu", threads=1)
-    return N.Condition("mlp", "tiny", 1, "cpu", cmp, list(speedups), {}, {}, ())
-
-
 def test_overlapping_cis_are_a_tie_never_a_ranking():
-    c = _condition({"grad": 1.0, "no_grad": 1.2, "inference_mode": 1.2006, "no_grad+bf16": 1.5},
-                   {"grad": (1.0, 1.0), "no_grad": (1.1, 1.3), "inference_mode": (1.15, 1.25),
-                    "no_grad+bf16": (1.4, 1.6)})
-    assert N._tiers(c) == [["no_grad+bf16"], ["inference_mode", "no_grad"], ["grad"]]
-    assert N._beats(c, "no_grad+bf16", "no_grad", 0.05)
-    assert not N._beats(c, "inference_mode", "no_grad", 0.05)  # a 0.0006 margin decides nothing
+    sp = {"grad": 1.0, "no_grad": 1.2, "inference_mode": 1.2006, "no_grad+bf16": 1.5}
+    ci = {"grad": (1.0, 1.0), "no_grad": (1.1, 1.3), "inference_mode": (1.15, 1.25), "no_grad+bf16": (1.4, 1.6)}
+    assert N._tiers(sp, ci) == [["no_grad+bf16"], ["inference_mode", "no_grad"], ["grad"]]
+    assert N._beats(sp, ci, "no_grad+bf16", "no_grad", 0.05)
+    assert not N._beats(sp, ci, "inference_mode", "no_grad", 0.05)  # a 0.0006 margin decides nothing
     # wholly above but by less than the margin: not a win either
-    c2 = _condition({"grad": 1.0, "no_grad": 1.20, "no_grad+bf16": 1.22},
-                    {"grad": (1.0, 1.0), "no_grad": (1.199, 1.201), "no_grad+bf16": (1.219, 1.221)})
-    assert not N._beats(c2, "no_grad+bf16", "no_grad", 0.05)
+    sp2 = {"grad": 1.0, "no_grad": 1.20, "no_grad+bf16": 1.22}
+    ci2 = {"grad": (1.0, 1.0), "no_grad": (1.199, 1.201), "no_grad+bf16": (1.219, 1.221)}
+    assert not N._beats(sp2, ci2, "no_grad+bf16", "no_grad", 0.05)
 
 
 # ---------------------------------------------------------------------------------- display

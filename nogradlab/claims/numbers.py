@@ -90,8 +90,10 @@ def _knobs(ctx, **quick_overrides) -> dict:
     if _quick(ctx):
         k = dict(rounds=5, min_run_time=0.1, warmup=1, num_threads=1)
         k.update(quick_overrides)
-    else:  # 0.5 s of timed calls per case: a GPU condition times up to nine cases
-        k = dict(rounds=20, min_run_time=0.5, warmup=5, num_threads=None)
+    elif ctx.on_gpu:  # a GPU is quiet: 10 rounds, 0.5 s per case; a condition times up to 8 cases
+        k = dict(rounds=10, min_run_time=0.5, warmup=5, num_threads=None)
+    else:
+        k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None)
     for key in k:
         if key in ctx.params:
             k[key] = ctx.params[key]
@@ -342,13 +344,13 @@ def _pairs(rows, base: str, case: str) -> list:
 def _speed_batches(ctx, wl) -> tuple:
     """The batches every speed check times, per workload: on a tiny CPU run batch 1 and half the
     default batch (the default itself where half is 1; ResNet-50 at 64x64 dominates the budget);
-    on a GPU the default batch (often overhead-bound: a fixed cost per call) and 8x it
+    on a GPU the default batch (often overhead-bound: a fixed cost per call) and 4x it
     (compute-bound); elsewhere 1x and 4x. ``ctx.params['batches']`` wins."""
     d = wl.default_batch
     if _quick(ctx):
         default = (1, d // 2) if d // 2 > 1 else (1, max(d, 2))
     else:
-        default = (d, 8 * d) if ctx.on_gpu else (d, 4 * d)
+        default = (d, 4 * d)
     return tuple(dict.fromkeys(_batches(ctx, "batches", default)))
 
 
@@ -371,9 +373,11 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     """Every forward setting timed in one condition, whichever check asks first (so that each
     number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
     no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
-    inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA),
-    channels_last for the CNNs (stacked with the autocast dtypes on CUDA) and torch.compile where
-    it runs. The set depends only on the condition, never on which check asks."""
+    inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA) and
+    channels_last for the CNNs (stacked with the autocast dtypes on CUDA). The set depends only on
+    the condition, never on which check asks. torch.compile is X05's own quantity
+    (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
+    should pay."""
     out = ["grad", "no_grad"]
     if name == "transformer_base":
         out.append("no_grad (fast path off)")
@@ -386,8 +390,6 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
         out.append("no_grad+channels_last")
         if ctx.device.type == "cuda":
             out += [f"no_grad+{c}+channels_last" for c in casts]
-    if _compile_reason(ctx) is None and batch in (None, _speed_batch(ctx, workloads.get(name, ctx.scale))):
-        out.append("no_grad+compile")  # at the main batch only: each new shape compiles again
     return out
 
 
@@ -400,11 +402,6 @@ def _case_fn(name, setting, model, x, device, holder):
             holder["cl_model"] = copy.deepcopy(model).to(memory_format=torch.channels_last)
             holder["cl_x"] = x.contiguous(memory_format=torch.channels_last)
         m, inp = holder["cl_model"], holder["cl_x"]
-    if setting == "no_grad+compile":
-        compiled = torch.compile(model)
-        with torch.no_grad():
-            compiled(x)  # compiled before timing: compile time is not in the figures
-        m = holder["compiled"] = compiled
     cast = next((c for c in ("fp16", "bf16") if f"+{c}" in setting), None)
     fast_off = setting == "no_grad (fast path off)"
 
@@ -477,17 +474,11 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
     skipped = {}
     if name not in CNNS:
         skipped["channels_last"] = "not a convolutional network"
-    reason = _compile_reason(ctx)
-    if reason is not None:
-        skipped["compile"] = reason
     wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
     holder, cases = {}, {}
     try:
         for s in settings:
-            try:
-                cases[s] = _case_fn(name, s, model, x, ctx.device, holder)
-            except Exception as e:  # noqa: BLE001 - compile failing is a finding, not a crash
-                skipped[s.replace("no_grad+", "")] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            cases[s] = _case_fn(name, s, model, x, ctx.device, holder)
         with _torch_threads(knobs["num_threads"]), \
                 timing.timing_state(ctx.device, warm_fn=cases["grad"]) as state:
             cmp = timing.compare(cases, baseline="grad", device=ctx.device, seed=ctx.seed, **knobs)
@@ -1304,26 +1295,52 @@ def _compile_reason(ctx) -> "str | None":
     return None
 
 
-def _tiers(c: "Condition") -> list:
-    """The cases of a condition grouped into tiers, fastest first: a case joins the current tier
-    when its speedup CI overlaps the CI of any case already in it (overlap is a tie)."""
-    cmp = c.comparison
-    order = sorted(c.settings, key=lambda k: -cmp.speedup[k])
+def _tiers(speedup: dict, ci: dict) -> list:
+    """Cases grouped into tiers, fastest first: a case joins the current tier when its speedup CI
+    overlaps the CI of every case already in it (overlap is a tie, never a ranking); otherwise it
+    starts the next tier."""
+    order = sorted(speedup, key=lambda k: -speedup[k])
     tiers = []
     for k in order:
-        lo, hi = cmp.ci[k]
-        if tiers and any(cmp.ci[j][0] <= hi and lo <= cmp.ci[j][1] for j in tiers[-1]):
+        lo, hi = ci[k]
+        if tiers and all(ci[j][0] <= hi and lo <= ci[j][1] for j in tiers[-1]):
             tiers[-1].append(k)
         else:
             tiers.append([k])
     return tiers
 
 
-def _beats(c: "Condition", case: str, ref: str, margin: float) -> bool:
+def _beats(speedup: dict, ci: dict, case: str, ref: str, margin: float) -> bool:
     """``case`` beats ``ref``: its speedup CI lies wholly above ``ref``'s and its point estimate is
     at least ``margin`` faster (so a verdict cannot rest on a hair's breadth between runs)."""
-    cmp = c.comparison
-    return cmp.ci[case][0] > cmp.ci[ref][1] and cmp.speedup[case] >= (1 + margin) * cmp.speedup[ref]
+    return ci[case][0] > ci[ref][1] and speedup[case] >= (1 + margin) * speedup[ref]
+
+
+def _compiled_timing(ctx, name, batch) -> tuple:
+    """``(Timing or None, why not)``: the torch.compile'd forward under no_grad of (workload,
+    scale, batch, device), compiled before timing (compile time is not in the figure), measured
+    once per run with the shared protocol. X05's own quantity."""
+    knobs = _knobs(ctx)
+    key = ("compiled forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])))
+
+    def make():
+        wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+        try:
+            compiled = torch.compile(model)
+            fn = _forward_fn(compiled, x, torch.no_grad)
+            fn()
+            with _torch_threads(knobs["num_threads"]), timing.timing_state(ctx.device, warm_fn=fn):
+                return timing.measure(fn, ctx.device, min_run_time=knobs["min_run_time"], warmup=knobs["warmup"],
+                                      num_threads=knobs["num_threads"], label=f"{name} compiled"), None
+        except Exception as e:  # noqa: BLE001 - compile failing is a finding, not a crash
+            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        finally:
+            del model, x
+
+    return timing.shared(key, make)
+
+
 @_check("X05")
 def x05(ctx):
     """Per workload and batch, the shared forward timing (:func:`forward_condition`): grad (the
@@ -1331,7 +1348,8 @@ def x05(ctx):
     fp16 and bf16 on CUDA), channels_last for the CNNs (stacked with the autocast dtypes on CUDA),
     torch.compile where it runs (compiled before timing). On CUDA ``cudnn.benchmark`` is on and
     the TF32 state is reported; the batches cover the overhead-bound regime (the default batch)
-    and the compute-bound one (8x); a tiny CPU run times the main speed batch only
+    and the compute-bound one (4x); torch.compile at the default batch, timed on its own with an
+    unpaired CI (:func:`_compiled_timing`); a tiny CPU run times the main speed batch only
     (:func:`_lever_batches`). Cases whose CIs overlap are ranked as ties. Knobs:
     ``workloads``, ``batches``, ``compile`` (True/False forces it on/off; off on tiny CPU runs)."""
     rule = RULES["X05"]
@@ -1348,20 +1366,35 @@ def x05(ctx):
                 continue
             cmp = c.comparison
             state = c.state
-            tiers = _tiers(c)
+            speedup = dict(cmp.speedup)
+            ci = {k: list(v) for k, v in cmp.ci.items()}
+            skipped = dict(c.skipped)
+            unpaired = []
+            if b == _speed_batch(ctx, workloads.get(name, ctx.scale)):
+                if compile_reason is None:
+                    t_comp, why = _compiled_timing(ctx, name, b)
+                    if t_comp is None:
+                        skipped["compile"] = why
+                    else:  # timed on its own: an unpaired CI against the shared grad timing
+                        sp, (lo, hi) = timing.bootstrap_ratio(cmp.timings["grad"].times, t_comp.times, seed=ctx.seed)
+                        speedup["no_grad+compile"], ci["no_grad+compile"] = sp, [lo, hi]
+                        unpaired.append("no_grad+compile")
+                else:
+                    skipped["compile"] = compile_reason
+            tiers = _tiers(speedup, ci)
             order = [k for t in tiers for k in t]
-            levers = [k for k in c.settings if k.startswith("no_grad+")]
-            won = [k for k in levers if _beats(c, k, "no_grad", margin)]
+            levers = [k for k in speedup if k.startswith("no_grad+")]
+            won = [k for k in levers if _beats(speedup, ci, k, "no_grad", margin)]
             beats[f"{name}@{b}"] = won
             im = c.ratio("no_grad", "inference_mode")
-            rows.append({"workload": name, "batch": b, "speedup": dict(cmp.speedup),
-                         "ci": {k: list(v) for k, v in cmp.ci.items()},
+            rows.append({"workload": name, "batch": b, "speedup": speedup, "ci": ci,
                          "median_ms": {k: t.median * 1e3 for k, t in cmp.timings.items()},
                          "ranking": order, "tiers": tiers,
                          "no_grad_rank": order.index("no_grad") + 1,
                          "no_grad_tier": next(i for i, t in enumerate(tiers, 1) if "no_grad" in t),
                          "inference_mode_vs_no_grad": [im[0], im[1], im[2]],
-                         "beats_no_grad": won, "skipped": c.skipped, "state": c.state})
+                         "beats_no_grad": won, "skipped": skipped, "state": c.state,
+                         "unpaired_ci": unpaired})
 
     def fmt_tiers(r):
         return " > ".join(" = ".join(f"{k} {r['speedup'][k]:.2f}x" for k in t) for t in r["tiers"])
@@ -1373,7 +1406,7 @@ def x05(ctx):
         gpu = (f" CUDA settings: cudnn.benchmark {state.get('cudnn_benchmark')}, TF32 matmul "
                f"{state.get('tf32_matmul')}, TF32 cuDNN {state.get('tf32_cudnn')} (float32 matmul precision "
                f"{state.get('float32_matmul_precision')}); the default batch is the overhead-bound regime, "
-               "8x it the compute-bound one.")
+               "4x it the compute-bound one.")
     cpu_note = ""
     if ctx.device.type == "cpu":
         cpu_note = (" On CPU, bf16 autocast casts the fp32 weights to bf16 again on every call (autocast's "
