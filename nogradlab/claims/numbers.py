@@ -4,6 +4,12 @@ Covered: C03 C08 C13 C16 C17 C18 C19 C20 C21 C23 X05.
 
 Conventions (every figure in the evidence says which it is):
 
+* **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
+  once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
+  one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
+  recorded) and read by C03, C17, C20 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
+  needs another quantity (a training step, a compiled model, a validation loop's scope) measures
+  it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI).
   "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The article's "relative speed
   gain" (C20's table) and "more throughput" (C13) are read as a *throughput* gain,
@@ -21,8 +27,9 @@ Conventions (every figure in the evidence says which it is):
   On a virtual CUDA device attention runs PyTorch's *math* backend (the fused kernels need a real
   GPU to be selected), which keeps the L x L attention probabilities for backward; the fused-
   attention variant (the CPU flash kernel, which keeps none) is given beside it.
-* **Verdicts** against the article's band come from :func:`nogradlab.claims.band_verdict`, one
-  (point, CI low, CI high) per measured condition. A claim worded as a lower bound ("cuts by
+* **Verdicts** follow the rules in :mod:`nogradlab.claims.rules` (band, rounding, tolerance,
+  threshold, ties), against the article's band via :func:`nogradlab.claims.band_verdict`, one
+  (point, CI low, CI high) per measured condition, rounded as printed. A claim worded as a lower bound ("cuts by
   20-40 %", "can exceed 40 %") agrees when the value reaches the band or lies above it; the
   cells of C20's table are figures to reproduce, so there a value must overlap the band itself.
   "About X %" is read as the band [X - 5, X + 5] percentage points.
@@ -48,7 +55,7 @@ import torch.nn as nn
 
 from .. import batch as _batch
 from .. import memory, modes, timing, workloads
-from . import band_verdict, claim_check
+from . import band_verdict, claim_check, format_saved
 from .capacity import shared_largest_batch
 from .rules import RULES, in_band
 
@@ -523,7 +530,7 @@ def c03(ctx):
                                            "no_grad_ms": c.ms("no_grad")},
                            fused_kernel_share=(f[0] - t[0]) / f[0] if f[0] > 0 else None)
                 fused.append(f"{name}@{b}: {_pct_ci(f)} with the fused fast path, {_pct_ci(t)} without")
-            triples.append(t)
+            triples.append(tuple(round(v, 2) for v in t))  # as printed: whole percent
             rows.append(row)
     verdict = band_verdict(triples, *rule.band, higher_is_better=rule.lower_bound)
     inside = [f"{r['workload']}@{r['batch']}" for r, t in zip(rows, triples)
@@ -547,6 +554,10 @@ def c03(ctx):
                 "note": "nn.TransformerEncoder in eval takes a fused fast path when grad is off: part "
                         "of its gain is a different kernel, not only skipped bookkeeping; "
                         "fused_kernel_share is that part's share of the whole saving."}
+    noisy = sum(1 for t in triples if t[1] < 0 < t[2])
+    evidence["reading"] = (f"no_grad's forward saving reaches the article's 20 % (by its CI) in {len(inside)} of "
+                           f"{len(rows)} conditions" + (f"; {noisy} show no clear difference (noisy: the CI spans "
+                                                        "both a slowdown and a speedup)" if noisy else "") + ".")
     return verdict, summary, evidence
 
 
@@ -806,7 +817,7 @@ def c17(ctx):
     c = forward_condition(ctx, name, b)
     t = c.triple("no_grad")
     band = rule.band
-    verdict = band_verdict([t], *band, higher_is_better=rule.lower_bound)
+    verdict = band_verdict([tuple(round(v, 2) for v in t)], *band, higher_is_better=rule.lower_bound)
     if acc["eval"] != acc["eval+no_grad"] or not same_preds:
         verdict = "does not hold"
     summary = (f"Validation loop of the {ctx.scale} {name} in eval mode ({n} batches of {b}, {ctx.device}): "
@@ -826,6 +837,8 @@ def c17(ctx):
                 "comparison": c.comparison.to_dict(),
                 "timing": "shared per condition (forward_condition): the same numbers as C03/C20/X05",
                 "metric": "time_saved = 1 - t(eval+no_grad forward)/t(eval forward) per loop step"}
+    evidence["reading"] = (f"Time saved per loop step: {format_saved(*t)} against the article's about 35 %; "
+                           + ("same predictions." if same_preds else "predictions differ."))
     return verdict, summary, evidence
 
 
@@ -1163,6 +1176,8 @@ def c20(ctx):
                + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
                             higher_is_better=False))
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
+                "reading": f"{n_ok} of {len(cells)} cells of the article's table are reproduced (as printed; "
+                           "speed: forward with vs without grad).",
                 "rounding": "memory compared at whole percent, batch factor at one decimal, speed CI ends "
                             "at whole percent: the values as the summary prints them",
                 "definitions": {
@@ -1425,5 +1440,7 @@ def x05(ctx):
                 "metric": "speedup = t(grad forward) / t(case), eval mode, 95 % paired-bootstrap CI; levers "
                           "are applied on top of no_grad, the way inference code stacks them",
                 "timing": "shared per condition (forward_condition): the same numbers as C03/C17/C20",
-                "verdict_rule": rule.text}
+                "verdict_rule": rule.text,
+                "reading": f"A lever clearly beats plain no_grad in {sum(1 for v in beats.values() if v)} of "
+                           f"{len(beats)} conditions; elsewhere the CIs overlap (a tie) or no_grad is as fast."}
     return verdict, summary, evidence
