@@ -312,7 +312,9 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
                  f"{counts}")
     for i, (name, r) in enumerate(refs, 1):
-        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}")
+        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") is not None and older_rule(rc))
+        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}"
+                     + (f" (older rule: {n_old} verdict(s) judged by another rule than this run's)" if n_old else ""))
     return "\n".join(lines)
 
 

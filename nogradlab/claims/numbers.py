@@ -1015,7 +1015,8 @@ def c21(ctx):
     longest = {k: max(v, key=lambda r: r["seq_len"]) for k, v in series.items()}
     first = {k: next((r["seq_len"] for r in sorted(v, key=lambda r: r["seq_len"])
                       if r["memory_saved"] > 0.40), None) for k, v in series.items()}
-    verdict = band_verdict([(r["memory_saved"], None, None) for r in longest.values()], 0.40, 1.0)
+    rule = RULES["C21"]
+    verdict = band_verdict([(round(r["memory_saved"], 2), None, None) for r in longest.values()], *rule.band)
     parts = [f"{k}: {_pct(r['memory_saved'])} at {r['seq_len']} tokens (above 40 % from "
              f"{first[k] or 'never'})" for k, r in longest.items()]
     summary = f"At the longest sequence measured the saving was {'; '.join(parts)}. Article: over 40 %."
