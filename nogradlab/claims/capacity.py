@@ -298,10 +298,11 @@ def c25(ctx):
     and "under load": several concurrent clients (bounded in count and time) served by as many
     worker threads, grad vs no_grad.
 
-    Knobs: ``requests`` (8 on a quick CPU run, else 50), ``clients`` (4; at most
-    ``serving.MAX_CLIENTS``), ``workload`` ("mlp"), ``batch``, ``deadline_s`` (60).
+    Knobs: ``requests`` per variant (8 on a quick CPU run, else 25; under load as many, spread
+    over the clients, at least two each), ``clients`` (4; at most ``serving.MAX_CLIENTS``),
+    ``workload`` ("mlp"), ``batch``, ``deadline_s`` (60).
     """
-    n = int(ctx.params.get("requests", 8 if _quick(ctx) else 50))
+    n = int(ctx.params.get("requests", 8 if _quick(ctx) else 25))
     k = int(ctx.params.get("clients", 4))
     deadline = float(ctx.params.get("deadline_s", 60))
     name = ctx.params.get("workload", "mlp")
@@ -311,7 +312,7 @@ def c25(ctx):
     variants = ("grad", "no_grad", "keep_outputs", "keep_outputs_no_grad")
     res = serving.compare(variants, n=n, workload=name, scale=ctx.scale, device=ctx.device,
                           batch=ctx.params.get("batch"))
-    load = {v: serving.run(v, n * k, workload=name, scale=ctx.scale, device=ctx.device,
+    load = {v: serving.run(v, max(n, 2 * k), workload=name, scale=ctx.scale, device=ctx.device,
                            batch=ctx.params.get("batch"), clients=k, deadline_s=deadline)
             for v in ("grad", "no_grad")}
     s = {v: r.summary() for v, r in res.items()}
