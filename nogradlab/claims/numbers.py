@@ -135,7 +135,10 @@ def _pct(v) -> str:
 
 
 def _pct_ci(t) -> str:
-    return f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
+    """``23% [18%, 27%]``; an interval spanning 0 (a slowdown and a speedup both possible) reads
+    ``no clear difference (noisy): 3% [-5%, 9%]``."""
+    text = f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
+    return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
 
 
 def _wide_note(items, higher_is_better=True) -> str:
@@ -1069,6 +1072,11 @@ def _train_step_timing(ctx, name, batch) -> "timing.Timing":
     return timing.shared(key, make)
 
 
+def _signed_ci(v, lo, hi) -> str:
+    text = f"{v:+.0%} [{lo:+.0%}, {hi:+.0%}]"
+    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+
+
 def _fmt_band(band, kind) -> str:
     return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
 
@@ -1158,13 +1166,12 @@ def c20(ctx):
     verdict = "holds" if n_ok == len(cells) else "does not hold" if n_ok == 0 else "depends"
     desc = "; ".join(
         f"{r['workload']}: memory {_pct(r['memory_saved'])} (article {_fmt_band(r['memory_band'], 'pct')}), "
-        f"speed {r['speed_gain']:+.0%} [{r['speed_gain_ci'][0]:+.0%}, {r['speed_gain_ci'][1]:+.0%}] "
+        f"speed {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])} "
         f"(article +{_fmt_band(r['speed_band'], 'pct')}), batch "
         + (f"{r['batch_factor']:.1f}x" if r["batch_factor"] is not None else "n/a")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
-    train_desc = ", ".join(f"{r['workload']} {r['training_step_vs_no_grad_forward']:+.0%} "
-                           f"[{r['training_step_vs_no_grad_forward_ci'][0]:+.0%}, "
-                           f"{r['training_step_vs_no_grad_forward_ci'][1]:+.0%}]" for r in rows)
+    train_desc = ", ".join(f"{r['workload']} {_signed_ci(r['training_step_vs_no_grad_forward'], *r['training_step_vs_no_grad_forward_ci'])}"
+                           for r in rows)
     fast = [r for r in rows if r["speed_case"] != "no_grad"]
     summary = (f"{n_ok} of {len(cells)} cells fall in the article's band, as printed (memory to whole %, "
                f"batch factor to 0.1x; memory and batch factor at full size on a virtual 16 GiB CUDA device; "

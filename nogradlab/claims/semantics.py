@@ -360,8 +360,8 @@ def c12(ctx):
                 "nested_enter_exit": nested_enter.to_dict(), "forward": fwd.to_dict(),
                 "cost_ratio_nested_vs_forward": ratio}
     summary = (f"Nesting works (same output: {same}; grad still off after the inner block exits: {still_off}). "
-               f"Entering and leaving no_grad costs {nested_enter.median * 1e6:.2f} us when already inside one "
-               f"({enter.median * 1e6:.2f} us from grad mode), vs {fwd.median * 1e3:.3f} ms for one {wl.name} "
+               f"Entering and leaving no_grad costs {nested_enter.median * 1e6:.2f} µs when already inside one "
+               f"({enter.median * 1e6:.2f} µs from grad mode), vs {fwd.median * 1e3:.3f} ms for one {wl.name} "
                f"{ctx.scale} forward ({ratio:.2%}).")
     if not (same and still_off):
         return "holds", summary + " Nesting changed the result or the mode: it is harmful here.", evidence
