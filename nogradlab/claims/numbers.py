@@ -141,6 +141,14 @@ def _pct_ci(t) -> str:
     return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
 
 
+def _samples_note(ctx, claim_id: str) -> str:
+    """A warning for the summary when the run timed fewer rounds than the rule's minimum."""
+    need = RULES[claim_id].min_samples
+    got = _knobs(ctx)["rounds"]
+    return (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
+            "verdict." if need and got < need else "")
+
+
 def _wide_note(items, higher_is_better=True) -> str:
     """A warning for the summary when, for some ``(triple, band)`` condition, the interval's width
     rather than its point estimate decided the agreement with the band (a noisy machine)."""
@@ -546,7 +554,7 @@ def c03(ctx):
                f"{', '.join(inside) or 'none'}; below it: {', '.join(below) or 'none'}."
                + (" The transformer's eval fast path (a fused kernel taken only with grad off) is "
                   "counted apart, not credited to no_grad: " + "; ".join(fused) + "." if fused else "")
-               + _wide_note([(t, rule.band) for t in triples]))
+               + _wide_note([(t, rule.band) for t in triples]) + _samples_note(ctx, "C03"))
     evidence = {"article_band": rule.band, "metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, "
                 "same model and input; CI: 95 % paired bootstrap); for the transformer no_grad is timed "
                 "with the fused fast path off (the saving of the bookkeeping alone), the fast path's "
@@ -832,7 +840,7 @@ def c17(ctx):
                f"labels drawn independently of the model (an untrained model predicts {distinct} distinct "
                "class(es): its accuracy is chance, only the identity of the predictions is evidence). "
                "The data is already on the device: a loader or host-to-device copies would add the same "
-               "time to both." + _wide_note([(t, band)]))
+               "time to both." + _wide_note([(t, band)]) + _samples_note(ctx, "C17"))
     evidence = {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": list(t[1:]),
                 "article_band": band, "accuracy": acc, "same_predictions": same_preds,
                 "max_logit_diff": max_diff, "distinct_predicted_classes": distinct,
@@ -1182,7 +1190,7 @@ def c20(ctx):
                + f" Separate row, not counted: a training step vs a no_grad forward takes {train_desc} "
                "longer (not a no_grad effect: backward and the optimizer step are extra work)."
                + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
-                            higher_is_better=False))
+                            higher_is_better=False) + _samples_note(ctx, "C20"))
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
                 "reading": f"{n_ok} of {len(cells)} cells of the article's table are reproduced (as printed; "
                            "speed: forward with vs without grad).",
@@ -1439,7 +1447,8 @@ def x05(ctx):
                f"whose CIs overlap: a tie, not a ranking): {parts}. A lever beats plain no_grad when its CI "
                f"lies wholly above no_grad's and it is at least {margin:.0%} faster: "
                + (", ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in beats.items()))
-               + f". torch.compile: {compile_reason or 'included where it compiled'}." + gpu + cpu_note)
+               + f". torch.compile: {compile_reason or 'included where it compiled'}." + gpu + cpu_note
+               + _samples_note(ctx, "X05"))
     verdict = ("holds" if beats and all(beats.values()) else
                "does not hold" if not any(beats.values()) else "depends")
     evidence = {"rows": rows, "best": {f"{r['workload']}@{r['batch']}": r["tiers"][0] for r in timed},
