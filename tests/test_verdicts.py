@@ -233,3 +233,23 @@ def test_notebooks_of_one_run_share_timings_through_the_ledger_folder(tmp_path, 
     assert len(list((tmp_path / "ledger.jsonl.timings").iterdir())) == 1
     monkeypatch.delenv("NOGRADLAB_LEDGER")
     assert timing.RunCache().get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
+
+
+def test_gpu_conditions_are_set_up_as_a_practitioner_would():
+    """Without a GPU, the CUDA plan itself: what a condition times, at which batches, how long."""
+    import torch
+
+    ctx = claims.Context(torch.device("cuda"), "full")
+    rn = N._lever_settings(ctx, "resnet50", 32)
+    assert {"no_grad+fp16", "no_grad+bf16", "no_grad+channels_last", "no_grad+fp16+channels_last",
+            "no_grad+bf16+channels_last", "inference_mode"} <= set(rn)
+    assert "no_grad (fast path off)" in N._lever_settings(ctx, "transformer_base", 16)
+    assert not any("channels_last" in s for s in N._lever_settings(ctx, "mlp", 256))
+    # the default batch (overhead-bound on a large GPU) and 4x it (compute-bound), levers at both
+    assert N._speed_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
+    assert N._lever_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
+    assert N._knobs(ctx)["rounds"] == 10
+    # on the CPU the protocol reports no CUDA state and changes nothing
+    with timing.timing_state("cpu") as state:
+        assert state == {}
+    assert timing.gpu_state("cpu") == {}
