@@ -23,6 +23,15 @@ Writes ``<out>/<machine>/claims.json`` (the report's schema, ``nogradlab.report`
 ``<out>/<machine>/gpu_reference.json`` (sections 1-3 and 5) and ``<out>/<machine>/summary.md``.
 Exits 1 when a CUDA check failed (probe mismatch, leaked bytes), after writing everything.
 A time budget (``--time-budget``, 480 s) skips what would start after it, with a printed reason.
+C04 and C09 run with ``real_search="all"`` here: every largest batch is searched for real (a
+notebook's default checks only one).
+
+Partial runs (a run split by its time budget, or one that stopped):
+
+    python benchmarks/gpu_reference.py --resume results/cuda-nvidia-h200/claims.json
+        # runs only the claims without a verdict there, then writes the merged claims.json
+    python benchmarks/gpu_reference.py --merge part1/claims.json part2/claims.json --out results
+        # no measurement: merges finished partial runs (same machine, scale, torch) into one
 """
 from __future__ import annotations
 
@@ -147,6 +156,10 @@ def estimate_vs_real(dev, names, scale) -> list:
     return rows
 
 
+#: knobs the reference run passes to checks (the full, slow variant of what a notebook does)
+REFERENCE_PARAMS = {"C04": {"real_search": "all"}, "C09": {"real_search": "all"}}
+
+
 def run_claims(ids, dev, scale, clock) -> list:
     results = []
     for cid in ids:
@@ -155,7 +168,7 @@ def run_claims(ids, dev, scale, clock) -> list:
             results.append(report.missing_entry(claims.get(cid), "skipped: time budget spent"))
             continue
         try:
-            r = claims.check(cid, device=str(dev), scale=scale)
+            r = claims.check(cid, device=str(dev), scale=scale, **REFERENCE_PARAMS.get(cid, {}))
             results.append(r)
             log(f"  {cid} [{r.verdict}] {r.seconds:.1f} s: {r.summary[:160]}")
         except Exception as e:  # noqa: BLE001 - one failing check must not stop the reference run
@@ -245,16 +258,53 @@ def parse_args(argv):
                                                    f"(default: {', '.join(workloads.names())})")
     p.add_argument("--budgets-gib", default="12,16", help="budgets for section 5")
     p.add_argument("--time-budget", type=float, default=480.0, help="seconds; later work is skipped")
+    p.add_argument("--resume", default=None, metavar="CLAIMS_JSON",
+                   help="an earlier (partial) claims.json of this machine: its verdicts are kept, only the "
+                        "claims without one run, and the merged file is written")
+    p.add_argument("--merge", nargs="+", default=None, metavar="CLAIMS_JSON",
+                   help="merge these partial claims.json files (same machine, scale, torch) into "
+                        "<out>/<machine>/claims.json and exit; nothing is measured")
+    p.add_argument("--note", default="", help="a note on how the file was made (kept in meta.note)")
+    p.add_argument("--commit", default="", help="the nogradlab commit that made the merged runs, when known")
     return p.parse_args(argv)
+
+
+def merge_main(a) -> int:
+    """``--merge``: one claims.json from finished partial runs; refuses to overwrite a file that is
+    not a claims.json of the same machine."""
+    docs = [report.load_doc(f) for f in a.merge]
+    doc = report.merge_docs(docs, names=[Path(f).name for f in a.merge], note=a.note,
+                            commit=a.commit or None)
+    target = Path(a.out) / doc["meta"]["machine"] / "claims.json"
+    if target.exists() and target.resolve() not in {Path(f).resolve() for f in a.merge}:
+        try:
+            old = report.load_doc(target)
+        except (ValueError, OSError) as e:
+            raise SystemExit(f"refusing to replace {target}: not a valid claims.json ({e})")
+        if old["meta"]["machine"] != doc["meta"]["machine"]:
+            raise SystemExit(f"refusing to replace {target}: it is another machine's")
+    report.write_json(doc, target)
+    c = doc["meta"]["counts"]
+    log(f"merged {len(docs)} runs into {target}: " + ", ".join(f"{n} {w}" for w, n in c.items()))
+    return 0
 
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    if a.merge:
+        return merge_main(a)
     dev = nd.resolve(a.device)
     scale = workloads.resolve_scale(a.scale, dev)
     ids = [c.strip() for c in a.claims.split(",") if c.strip()] or claims.ids()
     for c in ids:
         claims.get(c)
+    earlier = None
+    if a.resume:
+        earlier = report.load_doc(a.resume)
+        done = {c["id"] for c in earlier["claims"] if c["verdict"] is not None}
+        kept = [c for c in ids if c in done]
+        ids = [c for c in ids if c not in done]
+        log(f"resuming {a.resume}: {len(kept)} verdicts kept, {len(ids)} claims to run")
     names = [w.strip() for w in a.workloads.split(",") if w.strip()] or list(workloads.names())
     for w in names:
         workloads.get(w, scale)
@@ -310,7 +360,11 @@ def main(argv=None) -> int:
     doc = report.build_doc(results, source="claims", device=str(dev), scale=scale,
                            seconds=clock.elapsed, command="benchmarks/gpu_reference.py "
                            + " ".join(argv if argv is not None else sys.argv[1:]),
-                           only=ids if a.claims else None)
+                           only=ids if (a.claims or earlier is not None) else None)
+    if earlier is not None:
+        if earlier["meta"]["machine"] != doc["meta"]["machine"]:
+            raise SystemExit(f"--resume {a.resume} is another machine's run ({earlier['meta']['machine']})")
+        doc = report.merge_docs([earlier, doc], names=[str(a.resume), "this run"], note=a.note)
     meta = dict(doc["meta"], date=_dt.datetime.now(_dt.timezone.utc).date().isoformat(),
                 seconds=clock.elapsed)
     folder = Path(a.out) / doc["meta"]["machine"]

@@ -33,7 +33,7 @@ __all__ = ["MARKER", "BUILD_ENTRIES", "lock_path", "OutputError", "OutputBusy", 
 MARKER = ".nogradlab-build"
 _TOOL = "nogradlab"
 # what a run writes at the top of its folder (a build in progress is marked with these from the start)
-BUILD_ENTRIES = ("notebooks", "ledger.jsonl", "claims.json", "report.html", "FAILED.txt")
+BUILD_ENTRIES = ("notebooks", "ledger.jsonl", "ledger.jsonl.timings", "claims.json", "report.html", "FAILED.txt")
 
 
 def lock_path(out) -> Path:

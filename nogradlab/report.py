@@ -33,7 +33,8 @@ from . import device as _device
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
-           "render_html", "write_html", "charts", "color_default", "cell_name"]
+           "render_html", "write_html", "charts", "color_default", "cell_name", "older_rule", "merge_docs",
+           "git_commit"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
@@ -86,14 +87,32 @@ def missing_entry(claim, reason: str) -> dict:
     """The claims.json entry of a claim without a verdict (``reason`` says why)."""
     return {"id": claim.id, "section": claim.section, "paraphrase": claim.paraphrase, "kind": claim.kind,
             "figure": claim.figure, "verdict": None, "summary": reason, "evidence": {}, "device": {},
-            "torch": "", "scale": "", "notebook": "", "seconds": 0.0, "error": reason}
+            "torch": "", "scale": "", "notebook": "", "seconds": 0.0, "error": reason,
+            "rule": _claims.rule(claim.id)}
 
 
 def _entry(result) -> dict:
+    from .claims import rules as _rules
+
     d = dict(result.to_dict() if hasattr(result, "to_dict") else result)
     d.setdefault("error", None)
     d.setdefault("evidence", {})
+    if not d.get("rule"):  # made in this run, by this code: its rule is this code's
+        d["rule"] = _claims.rule(d["id"])
+    d["rule_digest"] = _rules.digest(d["id"]) if d["rule"] == _claims.rule(d["id"]) else _digest_text(d["rule"])
     return d
+
+
+def _digest_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def older_rule(ref_claim: dict) -> bool:
+    """Whether a reference entry was judged by another rule than this code's (no rule recorded, or
+    a different sentence)."""
+    return (ref_claim.get("rule") or "") != _claims.rule(ref_claim["id"])
 
 
 def build_doc(results, *, source: str, device="auto", scale: str = "auto", notebooks=(),
@@ -134,7 +153,10 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
                 and all(n["status"] == "ok" for n in nbs))
     import torch
 
-    meta = {"schema_version": 1,
+    from .claims import rules as _rules
+
+    commit = git_commit()
+    meta = {"schema_version": 2, "rules_digest": _rules.digest(), **({"nogradlab_commit": commit} if commit else {}),
             "generated": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             "source": source, "command": command, "device": info, "device_label": _device.label(info),
             "machine": machine_slug(info), "torch": torch.__version__, "scale": scale,
@@ -146,6 +168,72 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
 def dumps(doc: dict) -> str:
     """The text of a claims.json."""
     return json.dumps(doc, indent=1, default=str) + "\n"
+
+
+def git_commit(root=None) -> "str | None":
+    """The git commit of the nogradlab checkout (short hash, ``+dirty`` when files differ), or None
+    when it is not a git checkout or git is missing."""
+    import subprocess
+
+    root = Path(root) if root else Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def merge_docs(docs, *, names=(), note: str = "", commit: "str | None" = None) -> dict:
+    """One claims.json from partial runs of the same machine and scale (e.g. a reference run split
+    in two by its time budget). Per claim, the entry with a verdict wins (a later document over an
+    earlier one when both have one); counts, ``complete`` and ``seconds`` are recomputed;
+    ``merged_from`` lists ``names``. Documents from different machines or scales are refused.
+    The result keeps the lowest ``schema_version`` of its inputs (a v1 input has no rules)."""
+    docs = list(docs)
+    if not docs:
+        raise ValueError("merge_docs needs at least one document")
+    for d in docs:
+        validate(d)
+    first = docs[0]["meta"]
+    for d in docs[1:]:
+        m = d["meta"]
+        if (m["machine"], m["scale"], m["torch"]) != (first["machine"], first["scale"], first["torch"]):
+            raise ValueError(f"cannot merge runs of different machines, scales or torch versions: "
+                             f"{first['machine']}/{first['scale']}/{first['torch']} vs "
+                             f"{m['machine']}/{m['scale']}/{m['torch']}")
+    by_id = {}
+    for d in docs:
+        for c in d["claims"]:
+            if c["id"] not in by_id or c["verdict"] is not None:  # a missing verdict never replaces one
+                by_id[c["id"]] = c
+    entries = [by_id[c.id] for c in _claims.all_claims() if c.id in by_id]
+    words = [verdict_word(e["verdict"]) for e in entries]
+    counts = {w: words.count(w) for w in COLOURS if w in words}
+    meta = dict(first)
+    meta.update(schema_version=min(d["meta"]["schema_version"] for d in docs),
+                generated=max(d["meta"]["generated"] for d in docs),
+                seconds=round(sum(d["meta"]["seconds"] for d in docs), 2), counts=counts,
+                complete=counts.get(NOT_RUN, 0) == 0 and len(entries) == len(_claims.ids())
+                and not any(d["meta"].get("interrupted") for d in docs),
+                interrupted=any(d["meta"].get("interrupted") for d in docs),
+                command=" + ".join(d["meta"].get("command", "") for d in docs),
+                notebooks=[n for d in docs for n in d["meta"]["notebooks"]])
+    if names:
+        meta["merged_from"] = [str(n) for n in names]
+    if note:
+        meta["note"] = note
+    if commit:
+        meta["nogradlab_commit"] = commit
+    if meta["schema_version"] < 2:
+        meta.pop("rules_digest", None)
+    doc = {"meta": meta, "claims": entries}
+    validate(doc)
+    return doc
 
 
 def write_json(doc: dict, path) -> Path:
@@ -229,7 +317,9 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
                  f"{counts}")
     for i, (name, r) in enumerate(refs, 1):
-        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}")
+        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") is not None and older_rule(rc))
+        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}"
+                     + (f" (older rule: {n_old} verdict(s) judged by another rule than this run's)" if n_old else ""))
     return "\n".join(lines)
 
 
@@ -466,8 +556,11 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     head = ("<tr><th>id</th><th>§</th><th>claim (paraphrased)</th><th>article's figure</th>"
             "<th>verdict<br><span class='small'>this run</span></th><th>measured (this run)</th>")
     for name, r in refs:
+        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") is not None and older_rule(rc))
+        old = (f"<br><span class='small older-rule' title='{n_old} verdict(s) of this column were made by a "
+               f"rule other than this run&#39;s'>older rule ({n_old})</span>" if n_old else "")
         head += (f"<th title='{_e(r['meta']['device_label'])}'>{_e(_short(r))}<br>"
-                 f"<span class='small'>{_e(name)}</span></th>")
+                 f"<span class='small'>{_e(name)}</span>{old}</th>")
     head += "</tr>"
     rows = []
     for c in doc["claims"]:
@@ -479,20 +572,30 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             link = f"<br><span class='small'>{_e(c['notebook'])}</span>"
         row = (f"<tr id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
                f"<td class='id'>{_e(c['id'])}</td><td>{_e(c['section'])}</td><td>{_e(c['paraphrase'])}</td>"
-               f"<td>{_e(c['figure'] or '—')}</td><td>{_badge(word)}</td><td>{_e(c['summary'])}{link}</td>")
+               f"<td>{_e(c['figure'] or '—')}</td><td>{_badge(word)}</td><td>{_e(c['summary'])}{link}"
+               + (f"<br><span class='small rule'><i>rule:</i> {_e(c['rule'])}</span>" if c.get("rule") else "")
+               + "</td>")
         for rm in ref_maps:
             rc = rm.get(c["id"])
             if rc is None:
                 row += f"<td>{_badge(NOT_RUN)}</td>"
             else:
                 differs = "" if rc["verdict"] == c["verdict"] else " <span title='differs from this run'>≠</span>"
-                row += (f"<td><details><summary>{_badge(verdict_word(rc['verdict']))}{differs}</summary>"
-                        f"<span class='small'>{_e(rc['summary'])}</span></details></td>")
+                old = (" <span class='small older-rule' title='judged by a rule other than this run&#39;s'>"
+                       "older rule</span>" if rc.get("verdict") is not None and older_rule(rc) else "")
+                rule = (f"<br><span class='small'><i>its rule:</i> {_e(rc['rule'])}</span>" if rc.get("rule") and old
+                        else "<br><span class='small'><i>its rule:</i> not recorded</span>" if old else "")
+                row += (f"<td data-older-rule='{'1' if old else '0'}'><details><summary>"
+                        f"{_badge(verdict_word(rc['verdict']))}{differs}{old}</summary>"
+                        f"<span class='small'>{_e(rc['summary'])}</span>{rule}</details></td>")
         rows.append(row + "</tr>")
     parts.append("<h2 id='verdicts'>Verdicts</h2><p class='small'>holds / does not hold / depends (true "
                  "under some measured conditions, the summary says which) / not testable (an unsourced "
-                 "statistic; its mechanism is tested where possible). Reference columns are the same "
-                 "checks run on other hardware (results/); click a verdict for its measurement.</p>")
+                 "statistic; its mechanism is tested where possible). Each verdict follows the rule printed "
+                 "under its measurement. Reference columns are the same checks run on other hardware "
+                 "(results/); click a verdict for its measurement. A reference marked <i>older rule</i> was "
+                 "judged by another version of the rule than this run's (or before rules were recorded): "
+                 "compare its numbers, not only its verdict.</p>")
     parts.append(f"<table id='verdict-table'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
 
     # charts
@@ -532,7 +635,9 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     for name, r in refs:
         rm = r["meta"]
         parts.append(f"<li><b>{_e(name)}</b>: {_e(rm['device_label'])}, scale {_e(rm['scale'])}, "
-                     f"{_e(rm['generated'])}{'' if rm['complete'] else ' (incomplete)'}</li>")
+                     f"{_e(rm['generated'])}{'' if rm['complete'] else ' (incomplete)'}"
+                     + (f", nogradlab {_e(rm['nogradlab_commit'])}" if rm.get("nogradlab_commit") else "")
+                     + (f". {_e(rm['note'])}" if rm.get("note") else "") + "</li>")
     parts.append("</ul><p class='small'>Every number on this page was measured by the run it is attributed "
                  "to; the article's figures are quoted as the article gives them.</p></body></html>")
     return "\n".join(parts)

@@ -16,7 +16,14 @@ The handler comes in ``VARIANTS``:
   log, a metrics buffer...), as buggy servers do: each output keeps its autograd graph alive;
 * ``"thread_pool"``: the handler is under ``torch.no_grad()`` but hands the model call to a
   ``ThreadPoolExecutor``. Grad mode is per thread, so the worker still tracks gradients;
-* ``"thread_pool_fixed"``: the same, with ``torch.no_grad()`` entered inside the worker.
+* ``"thread_pool_fixed"``: the same, with ``torch.no_grad()`` entered inside the worker;
+* ``"keep_outputs_no_grad"``: keeps every output like ``"keep_outputs"``, under ``torch.no_grad()``:
+  what it holds is the outputs alone, so beside ``"keep_outputs"`` it gives the graphs' share.
+
+``workers > 1`` runs the handler in a pool of that many threads, so that requests from concurrent
+clients (``send_concurrent``, or ``run(..., clients=k)``) are served at the same time; each answer
+then also says how many outputs were alive just before its own was dropped (``alive_outputs``,
+its own included): the requests in flight together, and what they held (``in_flight_bytes``).
 
 Memory per request is measured with ``nogradlab.memory.measure`` around the model call, in the
 thread that runs it (its hooks are per thread): ``peak_bytes``, ``saved_bytes`` (saved for
@@ -25,7 +32,8 @@ request the handler reports ``held_bytes``: the retained bytes of the earlier ou
 alive (checked with weak references), i.e. what the server keeps between requests.
 
 ``send_requests`` is the client: N sequential GETs (N capped at ``MAX_REQUESTS``, a timeout on each,
-loopback addresses only), each with its latency.
+loopback addresses only), each with its latency. ``send_concurrent`` sends them from several client
+threads at once (at most ``MAX_CLIENTS``), bounded in time by a deadline.
 """
 from __future__ import annotations
 
@@ -46,11 +54,12 @@ from . import device as _device
 from . import memory as _memory
 from . import workloads as _workloads
 
-__all__ = ["VARIANTS", "MAX_REQUESTS", "InferenceServer", "ServingResult", "send_requests", "run",
-           "compare"]
+__all__ = ["VARIANTS", "MAX_REQUESTS", "MAX_CLIENTS", "InferenceServer", "ServingResult", "send_requests",
+           "send_concurrent", "run", "compare"]
 
-VARIANTS = ("grad", "no_grad", "keep_outputs", "thread_pool", "thread_pool_fixed")
+VARIANTS = ("grad", "no_grad", "keep_outputs", "thread_pool", "thread_pool_fixed", "keep_outputs_no_grad")
 MAX_REQUESTS = 1000
+MAX_CLIENTS = 16
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -67,6 +76,7 @@ class _State:
         self.kept = []  # keep_outputs: every output, as a buggy server keeps them
         self.outputs = []  # (weakref to each output, its retained bytes)
         self.lock = threading.Lock()
+        self.active = 0  # model calls running right now (several under concurrent clients)
 
     def call(self, no_grad_inside=False):
         """Run the model once in the current thread, measured; returns (report, output, facts),
@@ -84,17 +94,33 @@ class _State:
         report, out = _memory.measure(forward, self.device, return_result=True)
         return report, out, facts
 
-    def handle(self) -> dict:
-        t0 = time.perf_counter()
-        v = self.variant
+    def _call_variant(self, v):
         if v in ("grad", "keep_outputs"):
             report, out, facts = self.call()
-        elif v == "no_grad":
+        elif v in ("no_grad", "keep_outputs_no_grad"):
             with torch.no_grad():
                 report, out, facts = self.call()
         else:  # the thread pools: no_grad here, in the request thread only
             with torch.no_grad():
                 report, out, facts = self.pool.submit(self.call, v == "thread_pool_fixed").result()
+        return report, out, facts
+
+    def handle(self) -> dict:
+        t0 = time.perf_counter()
+        v = self.variant
+        with self.lock:
+            self.active += 1
+            concurrent = self.active
+        try:
+            report, out, facts = self._call_variant(v)
+        finally:
+            with self.lock:
+                self.active -= 1
+        facts["concurrent_calls"] = concurrent
+        with self.lock:  # from here until the answer is built, this output is in flight
+            self.outputs.append((weakref.ref(out), report.retained_bytes))
+            if v.startswith("keep_outputs"):
+                self.kept.append(out)
         answer = {"prediction": out.argmax(dim=-1).flatten()[:8].tolist(),
                   "requires_grad": out.requires_grad,
                   "grad_fn": type(out.grad_fn).__name__ if out.grad_fn is not None else None,
@@ -102,9 +128,9 @@ class _State:
                   "retained_bytes": report.retained_bytes, "memory_method": report.method,
                   **facts}
         with self.lock:
-            self.outputs.append((weakref.ref(out), report.retained_bytes))
-            if v == "keep_outputs":
-                self.kept.append(out)
+            alive = [n for ref, n in self.outputs if ref() is not None]  # this one and any in flight
+            answer["in_flight_bytes"] = sum(alive)
+            answer["alive_outputs"] = len(alive)
             del out
             answer["held_bytes"] = sum(n for ref, n in self.outputs if ref() is not None)
             answer["kept_outputs"] = len(self.kept)
@@ -113,15 +139,21 @@ class _State:
 
 
 def _handler_class():
+    import tornado.ioloop
     import tornado.web
 
     class PredictHandler(tornado.web.RequestHandler):
-        def initialize(self, state):
+        def initialize(self, state, executor=None):
             self.state = state
+            self.executor = executor
 
-        def get(self):
+        async def get(self):
+            if self.executor is None:
+                answer = self.state.handle()
+            else:  # concurrent requests are served at the same time, one per worker thread
+                answer = await tornado.ioloop.IOLoop.current().run_in_executor(self.executor, self.state.handle)
             self.set_header("Content-Type", "application/json")
-            self.write(json.dumps(self.state.handle()))
+            self.write(json.dumps(answer))
 
     return PredictHandler
 
@@ -133,9 +165,13 @@ class InferenceServer:
     ``nogradlab.batch.frozen_gc()`` (as ``run`` does) they only walk what the requests create."""
 
     def __init__(self, variant: str = "no_grad", workload: str = "mlp", scale: str = "tiny",
-                 device="cpu", batch: "int | None" = None, seed: int = 0):
+                 device="cpu", batch: "int | None" = None, seed: int = 0, workers: int = 1):
         if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}; allowed: {', '.join(VARIANTS)}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_CLIENTS:
+            raise ValueError(f"workers must be an integer in [1, {MAX_CLIENTS}], got {workers!r}")
+        self.workers = workers
+        self._executor = None
         self.wl = _workloads.get(workload, scale)
         self.device = _device.resolve(device)
         self.batch = _workloads.check_batch(batch if batch is not None else self.wl.default_batch)
@@ -175,7 +211,10 @@ class InferenceServer:
         import tornado.netutil
         import tornado.web
 
-        app = tornado.web.Application([(r"/predict", _handler_class(), {"state": self.state})])
+        if self.workers > 1:
+            self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="request-worker")
+        app = tornado.web.Application([(r"/predict", _handler_class(),
+                                        {"state": self.state, "executor": self._executor})])
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
         server = tornado.httpserver.HTTPServer(app)
         server.add_sockets(sockets)
@@ -199,6 +238,9 @@ class InferenceServer:
                 raise RuntimeError("the server thread did not stop")
         if self.state is not None:
             self.state.pool.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self._loop = self._stopping = None
 
     @property
@@ -233,6 +275,44 @@ def send_requests(url: str, n: int, *, timeout: float = 10.0) -> list:
     return answers
 
 
+def send_concurrent(url: str, n: int, clients: int, *, timeout: float = 10.0, deadline_s: float = 60.0) -> list:
+    """Send ``n`` GET requests to ``url`` from ``clients`` threads at once (loopback only,
+    ``n <= MAX_REQUESTS``, ``clients <= MAX_CLIENTS``, a timeout per request and ``deadline_s`` for
+    all: requests not started by then are not sent). Returns the answers in the order they were
+    sent (``index``), each with its ``latency_s`` and the ``client`` that sent it."""
+    host = urllib.parse.urlparse(url).hostname
+    if host not in _LOOPBACK:
+        raise ValueError(f"only loopback addresses are allowed ({', '.join(_LOOPBACK)}), got {host!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+        raise ValueError(f"n must be an integer in [1, {MAX_REQUESTS}], got {n!r}")
+    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_CLIENTS:
+        raise ValueError(f"clients must be an integer in [1, {MAX_CLIENTS}], got {clients!r}")
+    if not timeout > 0 or not deadline_s > 0:
+        raise ValueError(f"timeout and deadline_s must be positive seconds, got {timeout!r}, {deadline_s!r}")
+    lock = threading.Lock()
+    counter = iter(range(n))
+    answers = []
+    end = time.perf_counter() + deadline_s
+
+    def client(c):
+        while time.perf_counter() < end:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            t0 = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=timeout) as resp:
+                body = json.loads(resp.read())
+            body.update(index=i, client=c, latency_s=time.perf_counter() - t0)
+            with lock:
+                answers.append(body)
+
+    with ThreadPoolExecutor(max_workers=clients, thread_name_prefix="client") as pool:
+        for f in [pool.submit(client, c) for c in range(clients)]:
+            f.result()
+    return sorted(answers, key=lambda a: a["index"])
+
+
 @dataclass
 class ServingResult:
     """Per-request facts of one variant (``requests``: the answers, in order)."""
@@ -244,6 +324,7 @@ class ServingResult:
     device: str
     requests: list
     memory_method: str = ""
+    clients: int = 1
     seconds: float = 0.0
     notes: list = field(default_factory=list)
 
@@ -259,6 +340,10 @@ class ServingResult:
             "held_growth_per_request": (r[-1]["held_bytes"] - r[0]["held_bytes"]) / max(n - 1, 1),
             "outputs_requiring_grad": sum(x["requires_grad"] for x in r),
             "model_threads": sorted({x["thread"] for x in r}),
+            "clients": self.clients,
+            "max_alive_outputs": max(x.get("alive_outputs", 0) for x in r),
+            "max_concurrent_calls": max(x.get("concurrent_calls", 1) for x in r),
+            "max_in_flight_bytes": max(x.get("in_flight_bytes", 0) for x in r),
             "median_latency_s": statistics.median(x["latency_s"] for x in r),
         }
 
@@ -274,20 +359,27 @@ class ServingResult:
 
 
 def run(variant: str, n: int = 20, *, workload: str = "mlp", scale: str = "tiny", device="cpu",
-        batch: "int | None" = None, timeout: float = 10.0, seed: int = 0) -> ServingResult:
-    """Start a server in ``variant``, send ``n`` requests, stop it; the per-request facts."""
+        batch: "int | None" = None, timeout: float = 10.0, seed: int = 0, clients: int = 1,
+        deadline_s: float = 60.0) -> ServingResult:
+    """Start a server in ``variant``, send ``n`` requests (from ``clients`` concurrent clients,
+    served by as many worker threads), stop it; the per-request facts."""
     from .batch import frozen_gc
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
         raise ValueError(f"n must be an integer in [1, {MAX_REQUESTS}], got {n!r}")
+    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_CLIENTS:
+        raise ValueError(f"clients must be an integer in [1, {MAX_CLIENTS}], got {clients!r}")
     t0 = time.perf_counter()
     # frozen: the two full collections per measured call only walk what the requests create
-    with frozen_gc(), InferenceServer(variant, workload, scale, device, batch, seed) as srv:
-        answers = send_requests(srv.url, n, timeout=timeout)
+    with frozen_gc(), InferenceServer(variant, workload, scale, device, batch, seed, workers=clients) as srv:
+        if clients == 1:
+            answers = send_requests(srv.url, n, timeout=timeout)
+        else:
+            answers = send_concurrent(srv.url, n, clients, timeout=timeout, deadline_s=deadline_s)
     return ServingResult(variant=variant, workload=srv.wl.name, scale=scale, batch=srv.batch,
                          device=str(srv.device), requests=answers,
                          memory_method=answers[0]["memory_method"],
-                         seconds=round(time.perf_counter() - t0, 3))
+                         seconds=round(time.perf_counter() - t0, 3), clients=clients)
 
 
 def compare(variants=VARIANTS, n: int = 10, **kwargs) -> dict:

@@ -67,6 +67,13 @@ __all__ = [
     "compare",
     "bootstrap_speedup",
     "format_seconds",
+    "bootstrap_ratio",
+    "RunCache",
+    "RUN",
+    "shared",
+    "clear_cache",
+    "gpu_state",
+    "timing_state",
 ]
 
 #: A measurement whose IQR is more than this fraction of its median is flagged ``noisy``.
@@ -522,3 +529,157 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     speedup, ci = bootstrap_speedup(samples, baseline, seed=seed)
     return Comparison(timings=timings, baseline=baseline, speedup=speedup, ci=ci, rounds=rounds,
                       device=str(dev), threads=threads, seed=seed, orders=orders)
+
+
+# --------------------------------------------------------------------------------------------
+# bootstrap of independent measurements
+# --------------------------------------------------------------------------------------------
+
+def bootstrap_ratio(numerator: "list[float]", denominator: "list[float]",
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: "int | None" = 0,
+                    confidence: float = CONFIDENCE) -> tuple[float, tuple[float, float]]:
+    """``median(numerator) / median(denominator)`` with a percentile-bootstrap interval that
+    resamples the two sample lists *independently* (for timings that were not taken in the same
+    interleaved rounds, e.g. a training step measured on its own against a shared forward timing;
+    unpaired, so wider than :func:`bootstrap_speedup`'s paired interval)."""
+    a = np.asarray(numerator, dtype=np.float64)
+    b = np.asarray(denominator, dtype=np.float64)
+    if a.size < 1 or b.size < 1:
+        raise ValueError("bootstrap_ratio needs at least one sample on each side")
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, a.size, size=(int(resamples), a.size))
+    ib = rng.integers(0, b.size, size=(int(resamples), b.size))
+    ratios = np.median(a[ia], axis=1) / np.median(b[ib], axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
+    return float(np.median(a) / np.median(b)), (float(low), float(high))
+
+
+# --------------------------------------------------------------------------------------------
+# one timing per condition: the per-run cache
+# --------------------------------------------------------------------------------------------
+
+def gpu_state(device=None) -> dict:
+    """The settings that change what a CUDA timing means: ``cudnn.benchmark``, TF32 for matmuls
+    and for cuDNN convolutions, the float32 matmul precision (empty dict on other devices)."""
+    dev = _resolve_device(device)
+    if dev.type != "cuda":
+        return {}
+    return {"cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
+@contextlib.contextmanager
+def timing_state(device=None, *, cudnn_benchmark: bool = True, clock_warmup_s: float = 0.5,
+                 warm_fn: "Callable[[], object] | None" = None) -> Iterator[dict]:
+    """The protocol around every shared timing. On CUDA: ``torch.backends.cudnn.benchmark`` set to
+    ``cudnn_benchmark`` for the block (what a practitioner timing inference would do; restored on
+    exit), and ``warm_fn`` called for ``clock_warmup_s`` seconds first so the GPU's clocks have
+    ramped up. Yields the state the timing ran under (:func:`gpu_state`, TF32 included, as set
+    by the caller: it is reported, not changed)."""
+    dev = _resolve_device(device)
+    if dev.type != "cuda":
+        yield {}
+        return
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
+    try:
+        if warm_fn is not None and clock_warmup_s > 0:
+            t0 = timeit.default_timer()
+            while timeit.default_timer() - t0 < clock_warmup_s:
+                warm_fn()
+                _device.synchronize(dev)
+        yield dict(gpu_state(dev), clock_warmup_s=clock_warmup_s)
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+class RunCache:
+    """Measurements made once per run and shared by every check that asks for the same condition.
+
+    A key names the condition completely (for a forward timing: workload, scale, batch, device,
+    seed and the timing knobs); :meth:`get` returns the stored value or makes it with ``make()``
+    and stores it. ``claims.check_all`` (and ``python -m nogradlab claims``) start with an empty
+    cache; within a notebook's kernel the cache lives as long as the process, so two checks of one
+    run read the same numbers. :meth:`clear` empties it (``claims.new_run()`` calls it).
+
+    ``python -m nogradlab run`` executes each notebook in its own kernel, all with the same
+    ``NOGRADLAB_LEDGER`` file: then every value is also kept beside that ledger, in the folder
+    ``<ledger>.timings/`` (one pickle per key, written by this run), so a notebook reads what an
+    earlier notebook of the same run measured."""
+
+    def __init__(self):
+        self._store: dict = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def _disk_path(key) -> "str | None":
+        import hashlib
+        import os
+
+        ledger = os.environ.get("NOGRADLAB_LEDGER")
+        if not ledger:
+            return None
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".pkl"
+        return os.path.join(ledger + ".timings", name)
+
+    def get(self, key, make: Callable[[], object]):
+        import os
+        import pickle
+
+        if key in self._store:
+            self.hits += 1
+            return self._store[key]
+        path = self._disk_path(key)
+        if path is not None and os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    stored_key, value = pickle.load(f)
+                if stored_key == key:
+                    self.hits += 1
+                    self._store[key] = value
+                    return value
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+                pass  # unreadable: measure again
+        self.misses += 1
+        value = make()
+        self._store[key] = value
+        if path is not None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path + ".tmp", "wb") as f:
+                    pickle.dump((key, value), f)
+                os.replace(path + ".tmp", path)
+            except (OSError, pickle.PicklingError, TypeError, AttributeError):
+                pass  # not picklable or not writable: shared within this process only
+        return value
+
+    def __contains__(self, key) -> bool:
+        return key in self._store
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def keys(self) -> list:
+        return list(self._store)
+
+    def clear(self) -> None:
+        self._store.clear()
+        self.hits = self.misses = 0
+
+
+#: the process's run cache (see :class:`RunCache`)
+RUN = RunCache()
+
+
+def shared(key, make: Callable[[], object]):
+    """``RUN.get(key, make)``: a measurement made once per run, shared by every check asking for it."""
+    return RUN.get(key, make)
+
+
+def clear_cache() -> None:
+    """Forget every shared measurement (a new run)."""
+    RUN.clear()

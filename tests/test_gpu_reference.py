@@ -74,3 +74,45 @@ def test_bad_claim_id_fails_before_work(tmp_path):
     p = _run("--device", "cpu", "--scale", "tiny", "--out", str(tmp_path), "--claims", "C99", timeout=60)
     assert p.returncode != 0 and "allowed" in p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _partial(tmp_path, name, cid):
+    from nogradlab import claims
+
+    doc = report.build_doc([claims.check(cid, device="cpu", scale="tiny")], source="claims", device="cpu",
+                           scale="tiny", only=["C06", "C30"])
+    return report.write_json(doc, tmp_path / name / "claims.json")
+
+
+def test_merge_partial_runs_without_measuring(tmp_path):
+    a, b = _partial(tmp_path, "a", "C06"), _partial(tmp_path, "b", "C30")
+    out = tmp_path / "out"
+    p = _run("--merge", str(a), str(b), "--out", str(out), "--note", "two halves", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "probes" not in p.stdout  # nothing measured
+    folder = next(out.iterdir())
+    doc = report.load_doc(folder / "claims.json")
+    assert {c["id"]: c["verdict"] for c in doc["claims"]} == {"C06": "holds", "C30": "holds"}
+    assert doc["meta"]["merged_from"] == ["claims.json", "claims.json"] and doc["meta"]["note"] == "two halves"
+    assert all(c["rule"] for c in doc["claims"])
+
+
+def test_resume_runs_only_the_claims_without_a_verdict(tmp_path):
+    a = _partial(tmp_path, "a", "C06")
+    out = tmp_path / "out"
+    p = _run("--device", "cpu", "--scale", "tiny", "--out", str(out), "--claims", "C06,C30",
+             "--workloads", "mlp", "--resume", str(a))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 verdicts kept, 1 claims to run" in p.stdout
+    assert "  C30 [" in p.stdout and "  C06 [" not in p.stdout
+    doc = report.load_doc(next(out.iterdir()) / "claims.json")
+    assert {c["id"]: c["verdict"] for c in doc["claims"]} == {"C06": "holds", "C30": "holds"}
+
+
+def test_reference_run_searches_every_batch_for_real():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_reference", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.REFERENCE_PARAMS["C04"]["real_search"] == "all" == mod.REFERENCE_PARAMS["C09"]["real_search"]

@@ -5,6 +5,10 @@ each with a check that measures or asserts it in this run and returns a :class:`
     r = claims.check("C06", device="cpu", scale="tiny")
     r.verdict, r.summary, r.evidence
 
+Every check's verdict rule is data (:mod:`nogradlab.claims.rules`): each result carries it as
+``rule``, one human sentence. Timings are measured once per run and condition and shared between
+checks (:data:`nogradlab.timing.RUN`; :func:`new_run` forgets them).
+
 Verdicts are computed from the run, never stored: ``holds``, ``does not hold``, ``depends`` (true
 under some measured conditions, not others: the summary says which) and ``not testable`` (an
 unsourced statistic; where the mechanism behind it can be tested, the evidence holds that test).
@@ -28,7 +32,8 @@ from .. import memory as _memory
 from .. import workloads as _workloads
 
 __all__ = ["VERDICTS", "KINDS", "Claim", "Result", "Context", "ids", "get", "all_claims", "check",
-           "check_all", "claim_check", "NOTEBOOKS", "results_table", "band_verdict"]
+           "check_all", "claim_check", "NOTEBOOKS", "results_table", "band_verdict", "rule", "new_run",
+           "format_ratio", "format_saved"]
 
 VERDICTS = ("holds", "does not hold", "depends", "not testable")
 KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced statistic",
@@ -171,6 +176,7 @@ class Result:
     torch: str = ""
     scale: str = ""
     seconds: float = 0.0
+    rule: str = ""  # the verdict rule, one sentence (nogradlab.claims.rules)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self), default=_jsonable))
@@ -179,17 +185,125 @@ class Result:
         fig = f" (article: {self.figure})" if self.figure else ""
         return f"{self.id} [{self.verdict}]{fig}: {self.summary}"
 
+    def __repr__(self) -> str:
+        lines = [f"{self.id} [{self.verdict}] {self.paraphrase}"]
+        if self.figure:
+            lines.append(f"  article's figure: {self.figure}")
+        lines.append(f"  reading: {self.reading}")
+        lines.append(f"  rule: {self.rule}")
+        lines.append(f"  measured: {self.summary}")
+        where = _device.label(self.device) if self.device else ""
+        lines.append(f"  ({where}, scale {self.scale}; evidence: .evidence)")
+        return "\n".join(lines)
+
+    @property
+    def reading(self) -> str:
+        """One line that follows from the printed numbers: the check's own (``evidence['reading']``)
+        or the verdict put in words."""
+        r = self.evidence.get("reading") if isinstance(self.evidence, dict) else None
+        if r:
+            return r
+        fig = f" the article's {self.figure}" if self.figure else " the article's statement"
+        return {"holds": f"The measurements agree with{fig}.",
+                "does not hold": f"The measurements disagree with{fig}.",
+                "depends": f"The measurements agree with{fig} under some conditions only (see below).",
+                "not testable": "The statistic has no source to test; the mechanism behind it is measured."
+                }.get(self.verdict, self.verdict)
+
     def _repr_html_(self) -> str:
         import html
 
         colour = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
                   "not testable": "#57606a"}.get(self.verdict, "#000")
         fig = f"<br><i>article's figure:</i> {html.escape(self.figure)}" if self.figure else ""
-        return (f"<div style='border-left:4px solid {colour};padding:4px 8px'>"
+        rule = (f"<br><i>rule:</i> {html.escape(self.rule)}" if self.rule else "")
+        where = html.escape(_device.label(self.device)) if self.device else ""
+        return (f"<div class='nogradlab-result' style='border-left:4px solid {colour};padding:4px 8px'>"
                 f"<b>{self.id}</b> <span style='color:{colour};font-weight:bold'>{self.verdict}</span>"
-                f" &mdash; {html.escape(self.paraphrase)}{fig}<br>{html.escape(self.summary)}"
-                f"<br><small>{html.escape(_device.label(self.device)) if self.device else ''}, "
-                f"scale {self.scale}</small></div>")
+                f" &mdash; {html.escape(self.paraphrase)}{fig}"
+                f"<br><b>{html.escape(self.reading)}</b>{rule}"
+                f"<br><i>measured:</i> {html.escape(self.summary)}"
+                f"<br><small>{where}, scale {html.escape(self.scale)}, {self.seconds:.1f} s</small>"
+                f"<details><summary>evidence</summary>{_evidence_html(self.evidence)}</details></div>")
+
+
+# --------------------------------------------------------------------------------------------
+# numbers as a reader wants them
+
+
+def format_ratio(point: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
+    """A speed ratio with its CI: ``1.15x [1.05, 1.22]``; a CI spanning 1 (both a slowdown and a
+    speedup) reads ``no clear difference (noisy): 1.02x [0.95, 1.08]``."""
+    if lo is None or hi is None:
+        return f"{point:.2f}\u00d7"
+    text = f"{point:.2f}\u00d7 [{lo:.2f}, {hi:.2f}]"
+    return f"no clear difference (noisy): {text}" if lo < 1 < hi else text
+
+
+def format_saved(point: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
+    """A fraction saved with its CI: ``23 % [18, 27]``; a CI spanning 0 reads ``no clear
+    difference (noisy): ...``."""
+    if lo is None or hi is None:
+        return f"{point:.0%}"
+    text = f"{point * 100:.0f} % [{lo * 100:.0f}, {hi * 100:.0f}]"
+    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+
+
+def _fmt_value(key: str, v) -> str:
+    """A scalar with units taken from its key: bytes in KiB/MiB/GiB, seconds in µs/ms/s, shares
+    in %; everything else as is (never cut)."""
+    k = key.lower()
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (int, float)):
+        if k.endswith("bytes") or k.endswith("_bytes_per_request"):
+            return _memory.format_bytes(v)
+        if k.endswith("_ms"):
+            return _time_text(v / 1e3)
+        if k.endswith("_us"):
+            return _time_text(v / 1e6)
+        if k.endswith("_s") or k in ("seconds", "median", "iqr"):
+            return _time_text(v)
+        if isinstance(v, float) and any(w in k for w in ("saved", "share", "gain", "reduction")):
+            return f"{v:.1%}"
+        if isinstance(v, float) and ("speedup" in k or "factor" in k or "ratio" in k):
+            return f"{v:.3g}\u00d7"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+    return str(v)
+
+
+def _time_text(seconds: float) -> str:
+    from ..timing import format_seconds
+
+    return format_seconds(seconds).replace(" us", " \u00b5s")
+
+
+def _evidence_html(ev, depth: int = 0) -> str:
+    """Evidence as nested tables: scalars formatted with units, lists of flat rows as tables,
+    deeper structures in their own collapsed block. Nothing is cut."""
+    import html
+
+    if not isinstance(ev, dict):
+        return f"<code>{html.escape(json.dumps(ev, default=_jsonable))}</code>"
+    rows = []
+    for k, v in ev.items():
+        if isinstance(v, dict) and depth < 3:
+            cell = f"<details><summary>{len(v)} entries</summary>{_evidence_html(v, depth + 1)}</details>"
+        elif isinstance(v, list) and v and all(isinstance(r, dict) for r in v) and depth < 3:
+            cols = list(dict.fromkeys(c for r in v for c in r))
+            head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
+            body = "".join("<tr>" + "".join(
+                f"<td>{html.escape(_fmt_value(c, r.get(c)) if not isinstance(r.get(c), (dict, list)) else json.dumps(r.get(c), default=_jsonable))}</td>"
+                for c in cols) + "</tr>" for r in v)
+            cell = (f"<details><summary>{len(v)} rows</summary><table><thead><tr>{head}</tr></thead>"
+                    f"<tbody>{body}</tbody></table></details>")
+        elif isinstance(v, (list, tuple, dict)):
+            cell = f"<code>{html.escape(json.dumps(v, default=_jsonable))}</code>"
+        else:
+            cell = html.escape(_fmt_value(k, v))
+        rows.append(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{cell}</td></tr>")
+    return f"<table>{''.join(rows)}</table>"
 
 
 def _jsonable(o):
@@ -258,7 +372,8 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     result = Result(id=claim.id, verdict=verdict, summary=summary, evidence=evidence, figure=claim.figure,
                     section=claim.section, kind=claim.kind, paraphrase=claim.paraphrase,
                     notebook=os.environ.get("NOGRADLAB_NOTEBOOK", ""), device=_device.describe(dev),
-                    torch=torch.__version__, scale=scale, seconds=round(time.perf_counter() - t0, 3))
+                    torch=torch.__version__, scale=scale, seconds=round(time.perf_counter() - t0, 3),
+                    rule=rule(claim.id))
     _append_to_ledger(result)
     return result
 
@@ -270,12 +385,29 @@ def _append_to_ledger(result: Result) -> None:
             f.write(json.dumps(result.to_dict()) + "\n")
 
 
+def rule(claim_id: str) -> str:
+    """The verdict rule of a claim, one sentence (from :mod:`nogradlab.claims.rules`)."""
+    from .rules import get as _rule
+
+    get(claim_id)
+    return _rule(claim_id).text
+
+
+def new_run() -> None:
+    """Start a new run: forget the timings shared between checks (:data:`nogradlab.timing.RUN`)."""
+    from .. import timing
+
+    timing.clear_cache()
+
+
 def check_all(claim_ids=None, device="auto", scale="auto", seed: int = 0, progress: bool = False) -> list:
-    """Run several checks (all by default) and return their results in id order."""
+    """Run several checks (all by default) as one run (shared timings start empty) and return
+    their results in id order."""
     chosen = list(claim_ids) if claim_ids is not None else ids()
     for c in chosen:
         get(c)
     _device.resolve(device)
+    new_run()
     it = chosen
     if progress:
         from tqdm.auto import tqdm
@@ -285,11 +417,11 @@ def check_all(claim_ids=None, device="auto", scale="auto", seed: int = 0, progre
 
 
 def results_table(results):
-    """A pandas DataFrame of results: id, section, verdict, article's figure, summary."""
+    """A pandas DataFrame of results: id, section, verdict, article's figure, summary, rule."""
     import pandas as pd
 
     return pd.DataFrame([{"id": r.id, "section": r.section, "verdict": r.verdict, "article": r.figure or "",
-                          "measured": r.summary} for r in results])
+                          "measured": r.summary, "rule": r.rule} for r in results])
 
 
 def band_verdict(values, low, high, *, higher_is_better=True):

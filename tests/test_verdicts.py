@@ -1,0 +1,255 @@
+"""Issue 10: one timing per condition shared by every check, verdict rules as data (in every result,
+in claims.json and in the report), ties from confidence intervals, rounding as printed, the result's
+notebook display, and the merged GPU reference column."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nogradlab import claims, report, timing
+from nogradlab.claims import numbers as N
+from nogradlab.claims import rules
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = {"rounds": 3, "min_run_time": 0.03}
+
+
+# ---------------------------------------------------------------------------------- shared timings
+
+
+@pytest.fixture(scope="module")
+def shared_run():
+    """C03, X05, C17 and C20 of one run, the mlp only: they all ask for (mlp, tiny, batch 8, cpu)."""
+    claims.new_run()
+    out = {"C03": claims.check("C03", device="cpu", scale="tiny", workloads=["mlp"], **FAST)}
+    misses = timing.RUN.misses
+    out["X05"] = claims.check("X05", device="cpu", scale="tiny", workloads=["mlp"], **FAST)
+    out["misses_after_x05"] = timing.RUN.misses - misses
+    out["C17"] = claims.check("C17", device="cpu", scale="tiny", workload="mlp", n_batches=2, **FAST)
+    out["C20"] = claims.check("C20", device="cpu", scale="tiny", workloads=["mlp"], batch_factor=False, **FAST)
+    return out
+
+
+def test_two_checks_asking_for_one_condition_get_the_same_numbers(shared_run):
+    c03 = {r["batch"]: r for r in shared_run["C03"].evidence["rows"]}
+    x05 = {r["batch"]: r for r in shared_run["X05"].evidence["rows"]}
+    assert set(c03) == {1, 8} and set(x05) == {8}  # a tiny CPU run times the levers at the main batch
+    for b in x05:
+        assert c03[b]["grad_ms"] == x05[b]["median_ms"]["grad"]
+        assert c03[b]["no_grad_ms"] == x05[b]["median_ms"]["no_grad"]
+        assert c03[b]["speedup"] == x05[b]["speedup"]["no_grad"]
+        assert list(c03[b]["speedup_ci"]) == x05[b]["ci"]["no_grad"]
+    assert shared_run["misses_after_x05"] == 0  # X05 measured nothing new
+
+
+def test_c17_and_c20_read_the_same_condition(shared_run):
+    cmp17 = shared_run["C17"].evidence["comparison"]["cases"]
+    row8 = next(r for r in shared_run["C03"].evidence["rows"] if r["batch"] == 8)
+    assert shared_run["C17"].evidence["batch"] == 8
+    assert cmp17["grad"]["median"] * 1e3 == row8["grad_ms"]
+    c20 = shared_run["C20"].evidence["rows"][0]
+    assert c20["speed_batch"] == 8
+    assert c20["speed_gain"] == pytest.approx(row8["speedup"] - 1)
+    assert c20["speed_gain_ci"] == pytest.approx([row8["speedup_ci"][0] - 1, row8["speedup_ci"][1] - 1])
+
+
+def test_a_new_run_measures_again():
+    calls = []
+    timing.shared(("test-key",), lambda: calls.append(1) or 1)
+    timing.shared(("test-key",), lambda: calls.append(1) or 1)
+    assert calls == [1]
+    claims.new_run()
+    assert ("test-key",) not in timing.RUN
+    timing.shared(("test-key",), lambda: calls.append(1) or 1)
+    assert calls == [1, 1]
+
+
+def test_bootstrap_ratio_of_independent_samples():
+    r, (lo, hi) = timing.bootstrap_ratio([2.0, 2.1, 1.9, 2.0], [1.0, 1.05, 0.95, 1.0], seed=0)
+    assert r == pytest.approx(2.0) and lo <= r <= hi
+    assert timing.bootstrap_ratio([2.0, 2.1], [1.0, 1.1], seed=3) == timing.bootstrap_ratio([2.0, 2.1], [1.0, 1.1], seed=3)
+    with pytest.raises(ValueError):
+        timing.bootstrap_ratio([], [1.0])
+
+
+# ---------------------------------------------------------------------------------- rules
+
+
+def test_every_claim_has_a_rule_sentence():
+    assert set(rules.RULES) == set(claims.ids())
+    for cid, rule in rules.RULES.items():
+        assert len(rule.text) > 30 and rule.text[0].isupper(), cid
+    # numbers the checks use come from the rules
+    from nogradlab.claims import capacity
+
+    assert capacity.C09_TOLERANCE == rules.RULES["C09"].band
+    assert rules.RULES["C12"].threshold == 0.05 and "5 %" in rules.RULES["C12"].text
+    assert "tie" in rules.RULES["X05"].tie and rules.RULES["X05"].threshold == 0.05
+
+
+def test_results_carry_their_rule(shared_run):
+    for cid in ("C03", "X05", "C20"):
+        assert shared_run[cid].rule == rules.RULES[cid].text == claims.rule(cid)
+    assert shared_run["C03"].to_dict()["rule"] == rules.RULES["C03"].text
+    # FAST times 3 rounds, under the rules' minimum of 5: the summaries say the verdict is provisional
+    for cid in ("C03", "X05", "C17", "C20"):
+        assert "fewer than the rule's minimum of 5" in shared_run[cid].summary, cid
+
+
+@pytest.mark.parametrize("value, band, rounding, expected", [
+    (1.4028, (1.2, 1.4), "x1", True),  # prints as 1.4: inside "1.2-1.4x"
+    (1.46, (1.2, 1.4), "x1", False),  # prints as 1.5
+    (0.2049, (0.20, 0.40), "pct0", True),  # prints as 20 %
+    (0.1949, (0.20, 0.40), "pct0", False),  # prints as 19 %
+    (0.55, (0.20, 0.40), "pct0", False),  # above the band is not agreement...
+])
+def test_band_membership_uses_the_value_as_printed(value, band, rounding, expected):
+    assert rules.in_band(value, band, rounding) is expected
+
+
+def test_lower_bound_and_bad_rounding():
+    assert rules.in_band(0.55, (0.20, 0.40), "pct0", lower_bound=True)  # ...unless the figure is a lower bound
+    with pytest.raises(ValueError, match="allowed"):
+        rules.rounded(1.0, "x9")
+
+
+def test_claims_json_entries_carry_a_non_empty_rule(tmp_path):
+    r = claims.check("C06", device="cpu", scale="tiny")
+    doc = report.build_doc([r], source="claims", device="cpu", scale="tiny")
+    assert doc["meta"]["schema_version"] == 2 and doc["meta"]["rules_digest"] == rules.digest()
+    assert all(c["rule"] for c in doc["claims"])  # also the claims no check reached
+    path = report.write_json(doc, tmp_path / "claims.json")
+    assert json.loads(path.read_text())["claims"][5]["rule"] == rules.RULES["C06"].text
+    bad = json.loads(path.read_text())
+    bad["claims"][0]["rule"] = ""
+    with pytest.raises(ValueError, match="schema"):
+        report.validate(bad)
+    del bad["claims"][0]["rule"]
+    with pytest.raises(ValueError, match="schema"):
+        report.validate(bad)
+
+
+# ---------------------------------------------------------------------------------- ties
+
+
+def test_overlapping_cis_are_a_tie_never_a_ranking():
+    sp = {"grad": 1.0, "no_grad": 1.2, "inference_mode": 1.2006, "no_grad+bf16": 1.5}
+    ci = {"grad": (1.0, 1.0), "no_grad": (1.1, 1.3), "inference_mode": (1.15, 1.25), "no_grad+bf16": (1.4, 1.6)}
+    assert N._tiers(sp, ci) == [["no_grad+bf16"], ["inference_mode", "no_grad"], ["grad"]]
+    assert N._beats(sp, ci, "no_grad+bf16", "no_grad", 0.05)
+    assert not N._beats(sp, ci, "inference_mode", "no_grad", 0.05)  # a 0.0006 margin decides nothing
+    # wholly above but by less than the margin: not a win either
+    sp2 = {"grad": 1.0, "no_grad": 1.20, "no_grad+bf16": 1.22}
+    ci2 = {"grad": (1.0, 1.0), "no_grad": (1.199, 1.201), "no_grad+bf16": (1.219, 1.221)}
+    assert not N._beats(sp2, ci2, "no_grad+bf16", "no_grad", 0.05)
+
+
+# ---------------------------------------------------------------------------------- display
+
+
+def test_ratio_and_saving_text():
+    assert claims.format_ratio(1.15, 1.05, 1.22) == "1.15\u00d7 [1.05, 1.22]"
+    assert claims.format_ratio(1.02, 0.95, 1.08).startswith("no clear difference (noisy)")
+    assert claims.format_saved(0.23, 0.18, 0.27) == "23 % [18, 27]"
+    assert claims.format_saved(0.02, -0.05, 0.08).startswith("no clear difference (noisy)")
+
+
+def test_notebook_display_shows_reading_rule_and_collapsed_evidence():
+    r = claims.Result(id="C03", verdict="depends", summary="measured <things>",
+                      evidence={"rows": [{"workload": "mlp", "grad_ms": 0.25, "peak_bytes": 3 * 2 ** 20,
+                                          "time_saved": 0.2345, "note": "x" * 300}],
+                                "enter_exit_s": 1.2e-6, "reading": "It depends on the batch."},
+                      figure="20-40 %", paraphrase="p", rule=rules.RULES["C03"].text, scale="tiny")
+    h = r._repr_html_()
+    assert "It depends on the batch." in h and "rule:" in h and rules.RULES["C03"].text[:40] in h
+    assert "<details><summary>evidence</summary>" in h
+    assert "3.00 MiB" in h and "250 \u00b5s" in h and "23.4%" in h and "1.20 \u00b5s" in h
+    assert "x" * 300 in h and "\u2026" not in h  # no cell cut
+    assert "&lt;things&gt;" in h
+    text = repr(r)
+    assert "rule: " in text and "reading: It depends on the batch." in text
+
+
+# ---------------------------------------------------------------------------------- references
+
+
+def test_merge_keeps_verdicts_and_refuses_other_machines(tmp_path):
+    a = report.build_doc([claims.check("C06", device="cpu", scale="tiny")], source="claims", device="cpu",
+                         scale="tiny", only=["C06", "C30"])
+    b = report.build_doc([claims.check("C30", device="cpu", scale="tiny")], source="claims", device="cpu",
+                         scale="tiny", only=["C06", "C30"])
+    m = report.merge_docs([a, b], names=["a.json", "b.json"], note="two halves")
+    by = {c["id"]: c["verdict"] for c in m["claims"]}
+    assert by == {"C06": "holds", "C30": "holds"}  # a missing verdict never replaces one
+    assert m["meta"]["merged_from"] == ["a.json", "b.json"] and m["meta"]["note"] == "two halves"
+    other = json.loads(json.dumps(b))
+    other["meta"]["machine"] = "cuda-other"
+    with pytest.raises(ValueError, match="different machines"):
+        report.merge_docs([a, other])
+
+
+def test_gpu_column_is_committed_and_marked_older_rule():
+    path = ROOT / "results" / "cuda-nvidia-h200" / "claims.json"
+    doc = report.load_doc(path)
+    m = doc["meta"]
+    assert m["device"]["name"] == "NVIDIA H200" and m["scale"] == "full" and m["complete"]
+    assert m["merged_from"] == ["claims-C01-C17.json", "claims-C18-X05.json"]
+    assert [c["id"] for c in doc["claims"]] == claims.ids()
+    assert all(report.older_rule(c) for c in doc["claims"])  # made before rules were recorded
+    this = report.build_doc([claims.check("C06", device="cpu", scale="tiny")], source="claims",
+                            device="cpu", scale="tiny")
+    page = report.render_html(this, refs=[("cuda-nvidia-h200", doc)], chart_list=[])
+    assert "older rule (35)" in page
+    assert len(re.findall(r"data-older-rule='1'", page)) == 35
+    assert "<i>rule:</i>" in page
+
+
+def test_same_rule_reference_is_not_marked():
+    this = report.build_doc([claims.check("C06", device="cpu", scale="tiny")], source="claims",
+                            device="cpu", scale="tiny")
+    page = report.render_html(this, refs=[("same", this)], chart_list=[])
+    assert "older rule (" not in page and "data-older-rule='1'" not in page
+
+
+def test_real_search_knob_is_checked_before_work():
+    with pytest.raises(ValueError, match="real_search must be one of none, one, all"):
+        claims.check("C09", device="cpu", scale="tiny", real_search="some")
+    with pytest.raises(ValueError, match="real_search"):
+        claims.check("C04", device="cpu", scale="tiny", real_search=2)
+
+
+def test_notebooks_of_one_run_share_timings_through_the_ledger_folder(tmp_path, monkeypatch):
+    """`python -m nogradlab run` gives every notebook kernel the same NOGRADLAB_LEDGER: a value
+    measured in one kernel is read back, not measured again, in the next."""
+    monkeypatch.setenv("NOGRADLAB_LEDGER", str(tmp_path / "ledger.jsonl"))
+    calls = []
+    key = ("forward-test", "mlp", 8)
+    first = timing.RunCache().get(key, lambda: calls.append(1) or {"median": 0.25})
+    second = timing.RunCache().get(key, lambda: calls.append(1) or {"median": 9.0})  # another kernel
+    assert first == second == {"median": 0.25} and calls == [1]
+    assert len(list((tmp_path / "ledger.jsonl.timings").iterdir())) == 1
+    monkeypatch.delenv("NOGRADLAB_LEDGER")
+    assert timing.RunCache().get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
+
+
+def test_gpu_conditions_are_set_up_as_a_practitioner_would():
+    """Without a GPU, the CUDA plan itself: what a condition times, at which batches, how long."""
+    import torch
+
+    ctx = claims.Context(torch.device("cuda"), "full")
+    rn = N._lever_settings(ctx, "resnet50", 32)
+    assert {"no_grad+fp16", "no_grad+bf16", "no_grad+channels_last", "no_grad+fp16+channels_last",
+            "no_grad+bf16+channels_last", "inference_mode"} <= set(rn)
+    assert "no_grad (fast path off)" in N._lever_settings(ctx, "transformer_base", 16)
+    assert not any("channels_last" in s for s in N._lever_settings(ctx, "mlp", 256))
+    # the default batch (overhead-bound on a large GPU) and 4x it (compute-bound), levers at both
+    assert N._speed_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
+    assert N._lever_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
+    assert N._knobs(ctx)["rounds"] == 10
+    # on the CPU the protocol reports no CUDA state and changes nothing
+    with timing.timing_state("cpu") as state:
+        assert state == {}
+    assert timing.gpu_state("cpu") == {}
