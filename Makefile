@@ -44,8 +44,12 @@ test: install browser
 # filter first, so that notebooks saved with outputs are committed without them.
 LAB_ARGS ?=
 lab: install
-	@if git rev-parse --git-dir >/dev/null 2>&1; then \
-	  $(VENV)/bin/nbstripout --install >/dev/null && echo "nbstripout: notebook outputs are stripped on commit in this clone"; fi
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  $(VENV)/bin/nbstripout --install --attributes .gitattributes && \
+	  git config filter.nbstripout.clean "'$(abspath $(PY))' -m nbstripout --keep-id" && \
+	  git config diff.ipynb.textconv "'$(abspath $(PY))' -m nbstripout --keep-id -t" && \
+	  git config filter.nbstripout.extrakeys "metadata.papermill cell.metadata.papermill" && \
+	  echo "nbstripout: notebook outputs are stripped on commit in this clone (cell ids kept)"; fi
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/00_index.ipynb
 
 bench: install
