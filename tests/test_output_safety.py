@@ -280,9 +280,11 @@ def test_finding5_a_dead_kernel_is_reported_with_the_last_cell_that_finished(tmp
     err = outcome.doc["meta"]["notebooks"][0]["error"]
     # cells: parameters, papermill's injected parameters, a = 1, b = 2, the one that kills the kernel
     assert not outcome.ok and err["ename"] == "DeadKernelError"
-    assert (err["cell"], err["execution_count"]) == (4, 5) and "SIGKILL" in err["source"]
+    # (whether papermill saved the dying cell's prompt number before the kernel died varies)
+    assert err["cell"] == 4 and err["execution_count"] in (5, None) and "SIGKILL" in err["source"]
     assert (err["after_cell"], err["after_execution_count"]) == (3, 4)
-    assert report.cell_name(err) == "cell 4 (In [5]); the last cell that finished: cell 3 (In [4])"
+    assert report.cell_name(err).startswith("cell 4")
+    assert report.cell_name(err).endswith("; the last cell that finished: cell 3 (In [4])")
     assert "the last cell that finished: cell 3 (In [4])" in (tmp_path / "build.failed" / "report.html").read_text()
 
 
