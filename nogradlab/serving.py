@@ -306,16 +306,16 @@ def compare(variants=VARIANTS, n: int = 10, **kwargs) -> dict:
 #         async def get(self):
 #             ...
 #     with serving.LoopbackServer([("/predict", Predict)]) as srv:
-#         answers = serving.send_concurrent([srv.url("/predict")] * 8, clients=4)
+#         answers = serving.fetch_concurrently([srv.url("/predict")] * 8, clients=4)
 #
 # ``LoopbackServer`` runs any Tornado routes on 127.0.0.1 (ephemeral port) from a background thread
 # with its own event loop, so that the lesson's handler code stays in the notebook. Every request
 # handler of that server runs in that one thread, as in a real single-process Tornado or FastAPI
 # server: grad mode, being per thread, is shared by all the coroutines the loop interleaves.
-# ``send_concurrent`` is a bounded client: each URL fetched once, by at most ``MAX_CLIENTS``
+# ``fetch_concurrently`` is a bounded client: each URL fetched once, by at most ``MAX_FETCH_CLIENTS``
 # threads, each request with a timeout, loopback addresses only.
 
-MAX_CLIENTS = 16
+MAX_FETCH_CLIENTS = 16
 MAX_DELAY_S = 60.0
 
 
@@ -429,14 +429,14 @@ class LoopbackServer:
         return False
 
 
-def send_concurrent(urls, *, clients: int = 4, timeout: float = 10.0, delays=None) -> list:
+def fetch_concurrently(urls, *, clients: int = 4, timeout: float = 10.0, delays=None) -> list:
     """GET each of ``urls`` once, from up to ``clients`` threads at the same time; returns the JSON
     answers in the order of ``urls``, each with ``index``, ``path``, ``sent_s`` (when it was sent,
     seconds after the first) and ``latency_s``.
 
     ``delays`` (optional, one per URL, each in [0, MAX_DELAY_S]): wait that long after the start
     before sending that request, to make requests overlap in a known order. Bounded: at most
-    ``MAX_REQUESTS`` URLs and ``MAX_CLIENTS`` clients, a timeout on each request, loopback only.
+    ``MAX_REQUESTS`` URLs and ``MAX_FETCH_CLIENTS`` clients, a timeout on each request, loopback only.
     Raises ``RuntimeError`` naming the failed requests once all have finished."""
     urls = list(urls)
     if not 1 <= len(urls) <= MAX_REQUESTS:
@@ -445,8 +445,8 @@ def send_concurrent(urls, *, clients: int = 4, timeout: float = 10.0, delays=Non
         if not isinstance(u, str):
             raise ValueError(f"each URL must be a string, got {u!r}")
         _check_loopback(u)
-    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_CLIENTS:
-        raise ValueError(f"clients must be an integer in [1, {MAX_CLIENTS}], got {clients!r}")
+    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_FETCH_CLIENTS:
+        raise ValueError(f"clients must be an integer in [1, {MAX_FETCH_CLIENTS}], got {clients!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     if delays is None:
@@ -488,4 +488,4 @@ def send_concurrent(urls, *, clients: int = 4, timeout: float = 10.0, delays=Non
                            + "; ".join(f"#{a['index']} {urls[a['index']]}: {a['error']}" for a in failed[:5]))
     return answers
 
-__all__ += ["MAX_CLIENTS", "LoopbackServer", "send_concurrent"]
+__all__ += ["MAX_FETCH_CLIENTS", "LoopbackServer", "fetch_concurrently"]

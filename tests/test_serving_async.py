@@ -1,5 +1,5 @@
 """Async request handlers on a real Tornado server (``serving.LoopbackServer``) and the bounded
-concurrent client (``serving.send_concurrent``): what notebook 07 teaches about grad mode in
+concurrent client (``serving.fetch_concurrently``): what notebook 07 teaches about grad mode in
 ``async def`` handlers. Loopback only, a few requests, every server stops by itself."""
 import asyncio
 import threading
@@ -77,7 +77,7 @@ def test_start_answer_stop():
 
 def test_decorator_on_async_handler_does_not_cover_its_body():
     with serving.LoopbackServer([("/decorated", Decorated)]) as srv:
-        answers = serving.send_concurrent([srv.url("/decorated")] * 3, clients=3)
+        answers = serving.fetch_concurrently([srv.url("/decorated")] * 3, clients=3)
     assert [a["grad_at_model_call"] for a in answers] == [True] * 3
     assert [a["requires_grad"] for a in answers] == [True] * 3
     assert {a["thread"] for a in answers} == {"tornado-loopback"}
@@ -89,9 +89,9 @@ def test_no_grad_held_across_await_leaks_into_other_coroutines():
         assert srv.loop_grad_enabled() is True
         held, probe = srv.url("/held"), srv.url("/probe")
         # two overlapping held requests (A enters, B enters, A leaves, B leaves), probes inside them
-        answers = serving.send_concurrent([held, held, probe], clients=3, delays=[0, 0.1, 0.3])
+        answers = serving.fetch_concurrently([held, held, probe], clients=3, delays=[0, 0.1, 0.3])
         after = srv.loop_grad_enabled()
-        late_probe = serving.send_concurrent([probe])[0]
+        late_probe = serving.fetch_concurrently([probe])[0]
     a, b, p = answers
     assert p["grad_enabled"] is False  # another coroutine ran with grad off
     assert a["grad_at_model_call"] is False
@@ -105,16 +105,16 @@ def test_mode_around_the_synchronous_call_only_leaves_other_coroutines_alone():
     routes = [("/sync", SyncBlock), ("/probe", Probe)]
     with serving.LoopbackServer(routes) as srv:
         sync, probe = srv.url("/sync"), srv.url("/probe")
-        answers = serving.send_concurrent([sync, sync, probe], clients=3, delays=[0, 0.1, 0.3])
+        answers = serving.fetch_concurrently([sync, sync, probe], clients=3, delays=[0, 0.1, 0.3])
         assert srv.loop_grad_enabled() is True
     assert [x["requires_grad"] for x in answers[:2]] == [False, False]
     assert [x["grad_at_model_call"] for x in answers[:2]] == [False, False]
     assert answers[2]["grad_enabled"] is True
 
 
-def test_send_concurrent_overlaps_and_keeps_order():
+def test_fetch_concurrently_overlaps_and_keeps_order():
     with serving.LoopbackServer([("/sync", SyncBlock)]) as srv:
-        answers = serving.send_concurrent([srv.url("/sync")] * 3, clients=3)
+        answers = serving.fetch_concurrently([srv.url("/sync")] * 3, clients=3)
     assert [a["index"] for a in answers] == [0, 1, 2]
     assert all(a["path"] == "/sync" for a in answers)
     # concurrent: all three waited HOLD_S at the same time, not one after the other
@@ -126,21 +126,21 @@ def test_send_concurrent_overlaps_and_keeps_order():
     ({"urls": ["http://example.com/x"]}, "loopback"),
     ({"urls": []}, "1 to"),
     ({"urls": ["http://127.0.0.1:1/x"], "clients": 0}, "clients"),
-    ({"urls": ["http://127.0.0.1:1/x"], "clients": serving.MAX_CLIENTS + 1}, "clients"),
+    ({"urls": ["http://127.0.0.1:1/x"], "clients": serving.MAX_FETCH_CLIENTS + 1}, "clients"),
     ({"urls": ["http://127.0.0.1:1/x"], "timeout": 0}, "timeout"),
     ({"urls": ["http://127.0.0.1:1/x"], "delays": [0, 1]}, "one value per URL"),
     ({"urls": ["http://127.0.0.1:1/x"], "delays": [-1]}, "delay"),
 ])
-def test_send_concurrent_rejects_bad_input(kwargs, match):
+def test_fetch_concurrently_rejects_bad_input(kwargs, match):
     urls = kwargs.pop("urls")
     with pytest.raises(ValueError, match=match):
-        serving.send_concurrent(urls, **kwargs)
+        serving.fetch_concurrently(urls, **kwargs)
 
 
 def test_failed_requests_raise_after_all_finished():
     with serving.LoopbackServer([("/probe", Probe)]) as srv:
         with pytest.raises(RuntimeError, match="1 of 2 requests failed"):
-            serving.send_concurrent([srv.url("/probe"), srv.url("/missing")], clients=2, timeout=5)
+            serving.fetch_concurrently([srv.url("/probe"), srv.url("/missing")], clients=2, timeout=5)
 
 
 @pytest.mark.parametrize("routes", [[], [("/x", object)], [("/x",)], "nope", [("/x", Probe, 3)]])
