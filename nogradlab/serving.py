@@ -389,3 +389,195 @@ def compare(variants=VARIANTS, n: int = 10, **kwargs) -> dict:
         if v not in VARIANTS:
             raise ValueError(f"unknown variant {v!r}; allowed: {', '.join(VARIANTS)}")
     return {v: run(v, n, **kwargs) for v in variants}
+
+
+# --------------------------------------------------------------------------------------------
+# Serving handlers that the caller writes (notebook 07: async handlers and grad mode)
+#
+#     class Predict(tornado.web.RequestHandler):
+#         async def get(self):
+#             ...
+#     with serving.LoopbackServer([("/predict", Predict)]) as srv:
+#         answers = serving.fetch_concurrently([srv.url("/predict")] * 8, clients=4)
+#
+# ``LoopbackServer`` runs any Tornado routes on 127.0.0.1 (ephemeral port) from a background thread
+# with its own event loop, so that the lesson's handler code stays in the notebook. Every request
+# handler of that server runs in that one thread, as in a real single-process Tornado or FastAPI
+# server: grad mode, being per thread, is shared by all the coroutines the loop interleaves.
+# ``fetch_concurrently`` is a bounded client: each URL fetched once, by at most ``MAX_FETCH_CLIENTS``
+# threads, each request with a timeout, loopback addresses only.
+
+MAX_FETCH_CLIENTS = 16
+MAX_DELAY_S = 60.0
+
+
+def _check_loopback(url: str) -> None:
+    host = urllib.parse.urlparse(url).hostname
+    if host not in _LOOPBACK:
+        raise ValueError(f"only loopback addresses are allowed ({', '.join(_LOOPBACK)}), got {host!r} in {url!r}")
+
+
+class LoopbackServer:
+    """Serve Tornado ``routes`` (``[(pattern, RequestHandler subclass[, kwargs]), ...]``) on
+    127.0.0.1 from a background thread with its own asyncio event loop; a context manager.
+
+    ``url(path)`` gives a request URL; ``loop_grad_enabled()`` asks the loop's thread for
+    ``torch.is_grad_enabled()`` now (what the next request handler on that loop will start with);
+    ``stop()`` shuts the server down and joins the thread (the thread's grad mode goes with it)."""
+
+    def __init__(self, routes):
+        import tornado.web
+
+        routes = list(routes) if isinstance(routes, (list, tuple)) else routes
+        if not isinstance(routes, list) or not routes:
+            raise ValueError("routes must be a non-empty list of (pattern, RequestHandler subclass[, kwargs]) "
+                             f"tuples, got {routes!r}")
+        for r in routes:
+            ok = (isinstance(r, tuple) and len(r) in (2, 3) and isinstance(r[0], str)
+                  and isinstance(r[1], type) and issubclass(r[1], tornado.web.RequestHandler)
+                  and (len(r) == 2 or isinstance(r[2], dict)))
+            if not ok:
+                raise ValueError("each route must be (pattern: str, RequestHandler subclass[, kwargs: dict]), "
+                                 f"got {r!r}")
+        self.routes = routes
+        self.port = None
+        self._thread = None
+        self._loop = None
+        self._stopping = None
+        self._ready = threading.Event()
+        self._error = None
+
+    def url(self, path: str = "/") -> str:
+        if self.port is None:
+            raise RuntimeError("the server is not started")
+        if not path.startswith("/"):
+            raise ValueError(f"path must start with '/', got {path!r}")
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def start(self, timeout: float = 30.0) -> "LoopbackServer":
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._thread = threading.Thread(target=self._main, name="tornado-loopback", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None:
+            self.stop()
+            raise RuntimeError(f"the server did not start: {self._error!r}")
+        return self
+
+    def _main(self):
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported to start()
+            self._error = e
+            self._ready.set()
+
+    async def _serve(self):
+        import tornado.httpserver
+        import tornado.netutil
+        import tornado.web
+
+        app = tornado.web.Application(self.routes)
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        server = tornado.httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        self.port = sockets[0].getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.stop()
+            await server.close_all_connections()
+
+    def loop_grad_enabled(self, timeout: float = 10.0) -> bool:
+        """``torch.is_grad_enabled()`` in the event loop's thread, between requests."""
+        if not self.running or self._loop is None:
+            raise RuntimeError("the server is not running")
+
+        async def ask():
+            return torch.is_grad_enabled()
+        return asyncio.run_coroutine_threadsafe(ask(), self._loop).result(timeout)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and join the thread; safe to call twice."""
+        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError("the server thread did not stop")
+        self._loop = self._stopping = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def fetch_concurrently(urls, *, clients: int = 4, timeout: float = 10.0, delays=None) -> list:
+    """GET each of ``urls`` once, from up to ``clients`` threads at the same time; returns the JSON
+    answers in the order of ``urls``, each with ``index``, ``path``, ``sent_s`` (when it was sent,
+    seconds after the first) and ``latency_s``.
+
+    ``delays`` (optional, one per URL, each in [0, MAX_DELAY_S]): wait that long after the start
+    before sending that request, to make requests overlap in a known order. Bounded: at most
+    ``MAX_REQUESTS`` URLs and ``MAX_FETCH_CLIENTS`` clients, a timeout on each request, loopback only.
+    Raises ``RuntimeError`` naming the failed requests once all have finished."""
+    urls = list(urls)
+    if not 1 <= len(urls) <= MAX_REQUESTS:
+        raise ValueError(f"urls must hold 1 to {MAX_REQUESTS} URLs, got {len(urls)}")
+    for u in urls:
+        if not isinstance(u, str):
+            raise ValueError(f"each URL must be a string, got {u!r}")
+        _check_loopback(u)
+    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_FETCH_CLIENTS:
+        raise ValueError(f"clients must be an integer in [1, {MAX_FETCH_CLIENTS}], got {clients!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if delays is None:
+        delays = [0.0] * len(urls)
+    delays = list(delays)
+    if len(delays) != len(urls):
+        raise ValueError(f"delays must have one value per URL ({len(urls)}), got {len(delays)}")
+    for d in delays:
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= MAX_DELAY_S:
+            raise ValueError(f"each delay must be seconds in [0, {MAX_DELAY_S}], got {d!r}")
+
+    t0 = time.perf_counter()
+
+    def fetch(i):
+        wait = delays[i] - (time.perf_counter() - t0)
+        if wait > 0:
+            time.sleep(wait)
+        sent = time.perf_counter()
+        try:
+            with urllib.request.urlopen(urls[i], timeout=timeout) as resp:
+                body = json.loads(resp.read())
+        except Exception as e:  # noqa: BLE001 - collected and raised below
+            return {"index": i, "error": f"{type(e).__name__}: {e}"}
+        if not isinstance(body, dict):
+            body = {"answer": body}
+        body.update(index=i, path=urllib.parse.urlparse(urls[i]).path, sent_s=round(sent - t0, 4),
+                    latency_s=time.perf_counter() - sent)
+        return body
+
+    # requests are started in the order of their delays, so a pool smaller than the number of
+    # URLs still sends the early ones first
+    order = sorted(range(len(urls)), key=lambda i: delays[i])
+    with ThreadPoolExecutor(max_workers=min(clients, len(urls)), thread_name_prefix="client") as ex:
+        futures = {i: ex.submit(fetch, i) for i in order}
+        answers = [futures[i].result() for i in range(len(urls))]
+    failed = [a for a in answers if "error" in a]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(answers)} requests failed: "
+                           + "; ".join(f"#{a['index']} {urls[a['index']]}: {a['error']}" for a in failed[:5]))
+    return answers
+
+__all__ += ["MAX_FETCH_CLIENTS", "LoopbackServer", "fetch_concurrently"]
