@@ -1227,15 +1227,19 @@ def _is_autograd_event(key: str) -> bool:
 
 
 def _profile(fn, repeats: int) -> dict:
-    """Self CPU time and op counts of ``fn`` run ``repeats`` times under the autograd profiler
-    (the same operator events torch.profiler records, without kineto's seconds-long start)."""
+    """Self CPU time and op counts of ``fn`` run ``repeats`` times under the legacy autograd profiler:
+    the same operator events torch.profiler records, without kineto. Kineto (even with
+    ``use_kineto=False``) starts its activity profiler, which on a CUDA build of torch without a GPU
+    writes ``gpuGetDeviceCount failed`` and USDT lines to the process's stderr, and takes seconds."""
     fn()
     try:
+        from torch.autograd import profiler_legacy
+
+        prof_ctx = profiler_legacy.profile()
+        kind = "torch.autograd.profiler_legacy.profile()"
+    except (ImportError, AttributeError, TypeError, RuntimeError):
         prof_ctx = torch.autograd.profiler.profile(use_kineto=False)
         kind = "torch.autograd.profiler.profile(use_kineto=False)"
-    except (TypeError, RuntimeError):
-        prof_ctx = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-        kind = "torch.profiler.profile(CPU)"
     with prof_ctx as prof:
         for _ in range(repeats):
             fn()

@@ -682,7 +682,7 @@ def c27(ctx):
                 penalty = lam * sum(p.pow(2).sum() for p in lin.parameters())
             loss = loss + penalty  # added with grad on: only the penalty was computed under the mode
         loss.backward()
-        return float(loss), torch.cat([p.grad.flatten() for p in lin.parameters()]).clone()
+        return loss.item(), torch.cat([p.grad.flatten() for p in lin.parameters()]).clone()
 
     base_v, base_g = step(None)
     grad_v, grad_g = step("grad")
