@@ -39,10 +39,14 @@ frees through the rules of ``c10/cuda/CUDACachingAllocator.cpp`` (PyTorch's sour
   (as the source does), so near the cap a request may fail although fewer pages would do.
 
 Not modelled: several streams (``record_stream``, cross-stream frees), CUDA graphs' private pools,
-garbage collection (``garbage_collection_threshold``, off by default), the order in which CUDA
-places new segments in the address space (new segments get increasing addresses here; the address
-only breaks ties between equal-size free blocks), and memory taken outside the allocator (the CUDA
-context, NCCL), which a cap set by ``set_per_process_memory_fraction`` does not count either.
+garbage collection (``garbage_collection_threshold``, off by default), and memory taken outside
+the allocator (the CUDA context, NCCL), which a cap set by ``set_per_process_memory_fraction`` does
+not count either. Where CUDA places a segment in the address space matters only to break ties
+between free blocks of equal size: each new segment gets an address below the older ones, as
+cudaMalloc gave them on the H200 for the large segments that matter (it reuses freed ranges too,
+which the model does not). With that, the model reproduced six allocator traces recorded on an
+NVIDIA H200 (torch 2.11) event for event: every segment, every refused request, both modes
+(``tests/test_allocator.py``).
 
 ``events`` for :func:`simulate`: ``("alloc", key, nbytes)`` and ``("free", key)``; also
 ``("try_alloc", key, nbytes)``: a request whose failure the caller survives (cuDNN asks for a
@@ -128,7 +132,7 @@ class SimResult:
     oom_request_bytes: "int | None" = None
     allocated_bytes: int = 0  # at the end (or at the OOM)
     reserved_bytes: int = 0
-    segments: list = field(default_factory=list)  # Segment list at the reserved peak
+    segments: list = field(default_factory=list)  # Segment list at the allocated peak
     num_alloc_retries: int = 0  # requests served only after the cache was released
     num_device_alloc: int = 0  # cudaMalloc calls or page-range mappings
     num_device_free: int = 0
@@ -220,10 +224,8 @@ class Allocator:
         self.allocated_peak = self.reserved_peak = 0
         self.num_alloc_retries = self.num_device_alloc = self.num_device_free = 0
         self._next_addr = 1 << 47  # new segments are placed below the last one (top-down)
-        self.address_source = None  # callable(size) -> address: the replay of a real trace
         self._active: set = set()  # allocated blocks
         self._expandable: list = []  # live expandable segments
-        self.on_reserved_peak = None  # callback(self) when reserved reaches a new peak
         self.log = None  # a list to receive ("segment_alloc"|"segment_free"|"map"|"unmap", bytes)
 
     # -- public -------------------------------------------------------------------------------
@@ -326,8 +328,6 @@ class Allocator:
         return block
 
     def _new_address(self, nbytes):
-        if self.address_source is not None:
-            return self.address_source(nbytes)
         self._next_addr -= -(-nbytes // K_ROUND_LARGE) * K_ROUND_LARGE
         return self._next_addr
 
@@ -335,8 +335,6 @@ class Allocator:
         self.reserved += n
         if self.reserved > self.reserved_peak:
             self.reserved_peak = self.reserved
-            if self.on_reserved_peak is not None:
-                self.on_reserved_peak(self)
 
     def _should_split(self, block, size):
         remaining = block.size - size
@@ -542,7 +540,7 @@ def simulate(events, mode: str = "native", limit_bytes: "int | None" = None, *,
     """Replay ``events`` through the allocator model (see the module docstring) and return a
     :class:`SimResult`: the allocated and reserved peaks, whether (and where) a request failed
     under ``limit_bytes`` (``oom``; the replay stops there, as the real run would raise), and the
-    segments at the reserved peak (``keep_segments``).
+    segments at the allocated peak, the moment the most bytes were in use (``keep_segments``).
 
     ``mode``: ``"native"`` or ``"expandable_segments"``. ``limit_bytes``: the cap on reserved bytes
     (``set_per_process_memory_fraction`` times the device's memory); ``None``: no cap.
@@ -550,17 +548,23 @@ def simulate(events, mode: str = "native", limit_bytes: "int | None" = None, *,
     """
     if mode not in MODES:
         raise ValueError(f"unknown allocator mode {mode!r}; allowed: {', '.join(MODES)}")
+    events = events if isinstance(events, list) else list(events)
+    alloc, result, peak_at = _replay(events, mode, limit_bytes, max_split_size, device_bytes)
+    if keep_segments and peak_at is not None:
+        again, _, _ = _replay(events[:peak_at + 1], mode, limit_bytes, max_split_size, device_bytes)
+        result.segments = again.snapshot()
+    return result
+
+
+def _replay(events, mode, limit_bytes, max_split_size, device_bytes):
+    """(allocator at the end, SimResult without segments, index of the event that set the
+    allocated peak)."""
     alloc = Allocator(mode, limit_bytes, max_split_size=max_split_size, device_bytes=device_bytes)
     live: dict = {}
     failed: set = set()
-    peak = {"segments": [], "dirty": False}
-    if keep_segments:
-        def on_peak(a):
-            peak["dirty"] = True
-
-        alloc.on_reserved_peak = on_peak
     result = SimResult(mode=mode, limit_bytes=limit_bytes, allocated_peak_bytes=0,
                        reserved_peak_bytes=0, oom=False)
+    peak_at, best = None, 0
     n = -1
     for n, ev in enumerate(events):
         kind = ev[0] if isinstance(ev, (tuple, list)) and ev else None
@@ -588,8 +592,8 @@ def simulate(events, mode: str = "native", limit_bytes: "int | None" = None, *,
                 result.oom, result.oom_event, result.oom_request_bytes = True, n, nbytes
                 break
             failed.discard(key)
-            if peak["dirty"]:
-                peak["segments"], peak["dirty"] = alloc.snapshot(), False
+            if alloc.allocated > best:
+                best, peak_at = alloc.allocated, n
         elif kind == "free":
             key = ev[1]
             if key in failed:
@@ -602,8 +606,7 @@ def simulate(events, mode: str = "native", limit_bytes: "int | None" = None, *,
             alloc.empty_cache()
         elif kind == "reset_peak":
             alloc.reset_peak()
-            if keep_segments:
-                peak["segments"] = alloc.snapshot()
+            best, peak_at = alloc.allocated, n
         else:
             raise ValueError(f"event {n}: unknown event {ev!r}; allowed kinds: alloc, try_alloc, "
                              "free, empty_cache, reset_peak")
@@ -612,8 +615,7 @@ def simulate(events, mode: str = "native", limit_bytes: "int | None" = None, *,
     result.reserved_peak_bytes = alloc.reserved_peak
     result.allocated_bytes = alloc.allocated
     result.reserved_bytes = alloc.reserved
-    result.segments = peak["segments"]
     result.num_alloc_retries = alloc.num_alloc_retries
     result.num_device_alloc = alloc.num_device_alloc
     result.num_device_free = alloc.num_device_free
-    return result
+    return alloc, result, peak_at
