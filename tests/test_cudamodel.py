@@ -173,3 +173,15 @@ def test_largest_batch_matches_the_resnet50_search_exactly():
                                 allocator=alloc, hint=real)
         assert r.batch == real and r.allocator == alloc
         assert any("caching allocator's model" in n for n in r.notes)
+
+
+def test_budget_explorer_says_the_allocator_was_modelled():
+    from nogradlab import widgets
+
+    r = widgets.budget_explorer("mlp", "tiny", "cuda", 0.125, interactive=False, modes=("eval+no_grad",))
+    assert r.allocator == "native" and "allocator modelled (native)" in str(r)
+    es = widgets.budget_explorer("mlp", "tiny", "cuda", 0.125, interactive=False, modes=("eval+no_grad",),
+                                 allocator="expandable_segments")
+    assert "expandable_segments" in str(es) and es.results["eval+no_grad"].allocator == "expandable_segments"
+    with pytest.raises(ValueError, match="allocator"):
+        widgets.budget_explorer("mlp", "tiny", "cuda", 0.125, interactive=False, allocator="x")

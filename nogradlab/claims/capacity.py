@@ -4,7 +4,9 @@ Covered: C04 C09 C25.
 
 * **Largest batch** comes from :func:`nogradlab.batch.largest_batch`. On a real GPU it searches with
   real runs under a memory cap (method ``"search"``); anywhere else it estimates on fake tensors on
-  a *virtual* CUDA device of the article's size (method ``"estimate"``), with full-size models,
+  a *virtual* CUDA device of the article's size (method ``"estimate"``: the step's allocations,
+  library workspaces included, replayed through the caching allocator's model under the cap, as
+  ``nogradlab.allocator`` describes), with full-size models,
   whatever ``ctx.scale`` is: a 12 GiB budget only means something for the article's model sizes.
   Modes: ``"train"`` (a training step), ``"grad"`` (a grad-enabled forward, eval mode) and
   ``"eval+no_grad"``.
@@ -46,7 +48,7 @@ def _row(r: _batch.BatchResult) -> dict:
             "method": r.method, "device": r.device, "scale": r.scale, "trials": len(r.trials),
             "bytes_at_batch": r.bytes_at(r.batch), "seconds": r.seconds, "notes": r.notes,
             "at_limit": r.at_limit, "allocated_before": r.allocated_before,
-            "allocated_after": r.allocated_after}
+            "allocated_after": r.allocated_after, "allocator": r.allocator}
 
 
 def _searches(name: str, budget: int, dev, method: str, scale: str = "full", **kw) -> dict:
@@ -127,7 +129,9 @@ def c04(ctx):
     larger = [c["larger_than_grad"] for c in conditions]
     verdict = "holds" if all(larger) else "does not hold" if not any(larger) else "depends"
     same = sorted({c["workload"] for c in conditions if not c["larger_than_grad"]})
-    how = f"real OOM search on {dev}" if method == "search" else "estimates on a virtual CUDA device"
+    how = (f"real OOM search on {dev}" if method == "search" else
+           "estimates on a virtual CUDA device, decided as the real cap decides: the step's "
+           "allocations replayed through the CUDA caching allocator's model (native)")
     parts = [f"{c['workload']} {memory.format_bytes(c['budget_bytes'])}: train {c['train']}, "
              f"grad {c['grad']}, eval+no_grad {c['eval+no_grad']}" for c in conditions]
     if all(larger):
@@ -176,7 +180,9 @@ def c09(ctx):
         verdict = "does not hold"
     else:
         verdict = "holds" if lo <= vs_train <= hi else "does not hold"
-    how = f"real OOM search on {dev}" if method == "search" else "estimates on a virtual CUDA device"
+    how = (f"real OOM search on {dev}" if method == "search" else
+           "estimates on a virtual CUDA device, decided as the real cap decides: the step's "
+           "allocations replayed through the CUDA caching allocator's model (native)")
     summary = (f"{name} under {gib:g} GiB ({how}): largest training-step batch {b['train']}, "
                f"grad-enabled forward {b['grad']}, eval+no_grad forward {b['eval+no_grad']}; "
                f"eval+no_grad fits {vs_train:.2f}x the training batch (article ~{C09_FIGURE}x, "
