@@ -14,14 +14,28 @@ libraries allocate memory of their own. This module models, for ``memory.estimat
   ``native_multi_head_attention_cuda``: packed QKV projection, fused attention on views of it,
   output projection, in-place residual adds, layer norms, ``_addmm_activation`` for the first
   feed-forward layer), so that every tensor it allocates is seen;
+* **fused dropout**: training-mode dropout as CUDA's ``native_dropout`` (a one-byte mask); a
+  training step without a GPU is traced on the CPU device, whose dropout keeps a float mask;
 * **library workspaces**: the cuBLAS workspace each thread's handle gets on its first matrix product
   and keeps (32 MiB on Hopper, sm90; 8 MiB + 128 KiB elsewhere; ``CUBLAS_WORKSPACE_CONFIG``
-  honoured), the cuBLASLt workspace (1 MiB; ``CUBLASLT_WORKSPACE_SIZE``), both kept for the life of
-  the process; and cuDNN's convolution workspaces, allocated and freed inside each convolution, at
-  the sizes the reference GPU reported (``data/cudnn_workspaces.json``, measured on an NVIDIA H200
-  with ``benchmarks/gpu_alloc_probe.py``); a convolution that is not in the table gets none (noted);
+  honoured), the cuBLASLt workspace (1 MiB; ``CUBLASLT_WORKSPACE_SIZE``; none extra with
+  ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=1``), both kept for the life of the process (torch's
+  ``CublasHandlePool.cpp``); a training step's backward runs on another thread, with a handle and a
+  workspace of its own. And the memory operators allocate for themselves and free again: cuDNN's
+  convolution workspaces, reductions' scratch buffers, losses' temporaries, at the sizes the
+  reference GPU reported (``data/gpu_workspaces.json``: an NVIDIA H200, torch 2.11, cuDNN 9.19,
+  ``cudnn.benchmark`` off, measured with ``benchmarks/gpu_alloc_probe.py`` and built with
+  ``benchmarks/build_workspace_table.py``), linear between measured batches. A convolution's
+  workspace is asked for with fallbacks: when it cannot be had under a cap, cuDNN tries its next
+  plans, which on the H200 needed the input's size (a layout conversion), then nothing. A
+  convolution the table does not know gets no workspace, and the notes say so;
 * **autocast**: ``torch.autocast("cuda")`` disables itself without a GPU; the virtual device enables
-  CUDA autocast's thread state directly, so the casts (and the cached fp16 weights) are traced.
+  CUDA autocast's thread state directly, so the casts (and the cached half-precision weights) are
+  traced.
+
+What is not modelled: other GPUs' libraries (the table is the H200's; on another GPU the sizes
+differ), ``cudnn.benchmark`` (which picks plans by timing them), half-precision convolutions'
+workspaces (not measured), CUDA graphs, several streams.
 """
 from __future__ import annotations
 
@@ -532,26 +546,29 @@ class AllocationRecorder(TorchDispatchMode):
         self.events: list = []
         self.persistent_events: list = []
         self._keys = 0
-        self._seen = weakref.WeakKeyDictionary() if False else {}
+        self._seen: dict = {}  # id(storage) -> (weakref, key)
         self._refs: dict = {}
         self.active = True
-        self._lock = threading.Lock()
 
     def _key(self):
         self._keys += 1
         return self._keys
 
-    def _freed(self, key, ref):
+    def _freed(self, key, sid, ref):
         self._refs.pop(id(ref), None)
+        seen = self._seen.get(sid)
+        if seen is not None and seen[1] == key:
+            del self._seen[sid]
         if self.active:
             self.events.append(("free", key))
 
     def _add(self, st):
         key = self._key()
         self.events.append(("alloc", key, int(st.nbytes())))
-        ref = weakref.ref(st, lambda r, k=key: self._freed(k, r))
+        sid = id(st)
+        ref = weakref.ref(st, lambda r, k=key, sid=sid: self._freed(k, sid, r))
         self._refs[id(ref)] = ref
-        self._seen[id(st)] = (ref, key)
+        self._seen[sid] = (ref, key)
 
     def transient(self, nbytes, label="", fallbacks=(), optional=False):
         if self.active:

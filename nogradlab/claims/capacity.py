@@ -17,9 +17,10 @@ Covered: C04 C09 C25.
 * **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
-At ``scale="tiny"`` on a CPU, C04 takes about 5 s, C09 about 5 s (one more in a fresh process) and
+At ``scale="tiny"`` on a CPU, C04 takes about 11 s, C09 about 15 s (a few more in a fresh process) and
 C25 about 2 s on two busy cores: an estimate of a full-size model costs ~0.3-1 s whatever the scale,
-and a search needs 3 to 5 of them. ``ctx.params`` knobs are named in each docstring.
+and a search needs 5 to 20 of them, each replayed through the allocator's model. ``ctx.params`` knobs are
+named in each docstring.
 """
 from __future__ import annotations
 
