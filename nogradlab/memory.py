@@ -738,7 +738,8 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     ``"expandable_segments"``): ``allocated_bytes`` and ``reserved_bytes`` are what
     ``torch.cuda.max_memory_allocated``/``max_memory_reserved`` would report in a process that
     built the model, ran one step at batch 1, emptied the cache and ran this one. ``held_bytes``:
-    memory the process already holds besides (one block allocated first).
+    memory the process already holds besides (one block allocated first). There ``peak_bytes``
+    counts, besides the tensors, the workspaces operators allocate and free inside themselves.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -778,46 +779,51 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     if virtual and setting is not None and setting.autocast:
         notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
                      "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
-    last_error = None
-    fast_path = cuda
-    for target_dev in list(attempts) * 2:
-        try:
-            rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
-            km = cudamodel.kernel_model() if cuda else None
-            paths = contextlib.nullcontext() if fast_path else fused_paths_off()
-            autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
-            # seeded for reproducible shapes of random choices, without touching the caller's RNG
-            with torch.random.fork_rng(devices=[]), paths, FakeTensorMode(allow_non_fake_inputs=False):
-                torch.manual_seed(seed)
-                with rec if rec is not None else contextlib.nullcontext():
-                    fn, model, entry = _build_step(
-                        wl, batch, target_dev, step, mode, optimizer, dtype,
-                        built=(lambda: rec.mark("model")) if rec is not None else None,
-                        autocast=autocast)
+    def attempt(target_dev, fast_path):
+        """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a
+        fused transformer path, recorder, kernel model)."""
+        rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
+        km = cudamodel.kernel_model() if cuda else None
+        paths = contextlib.nullcontext() if fast_path else fused_paths_off()
+        autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
+        # seeded for reproducible shapes of random choices, without touching the caller's RNG
+        with torch.random.fork_rng(devices=[]), paths, FakeTensorMode(allow_non_fake_inputs=False):
+            torch.manual_seed(seed)
+            with rec if rec is not None else contextlib.nullcontext():
+                fn, model, entry = _build_step(
+                    wl, batch, target_dev, step, mode, optimizer, dtype,
+                    built=(lambda: rec.mark("model")) if rec is not None else None, autocast=autocast)
+                if rec is not None:
+                    rec.mark("inputs")
+                fused = step == "forward" and any(
+                    isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
+                    for m in model.modules())
+                base = _entry_bytes(model, entry, block)
+                run = fn
+                if km is not None:
+                    def run(fn=fn):  # the kernel model sits above the trackers _run enters
+                        with km:
+                            return fn()
+                try:
+                    report = _run(run, target_dev, "storage", (), timeline, block,
+                                  f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
+                                  f"batch {batch}", False, fake=True)
+                finally:
                     if rec is not None:
-                        rec.mark("inputs")
-                    fused = step == "forward" and any(
-                        isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
-                        for m in model.modules())
-                    base = _entry_bytes(model, entry, block)
-                    run = fn
-                    if km is not None:
-                        def run(fn=fn):
-                            with km:
-                                return fn()
-                    try:
-                        report = _run(run, target_dev, "storage", (), timeline, block,
-                                      f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
-                                      f"batch {batch}", False, fake=True)
-                    finally:
-                        if rec is not None:
-                            rec.active = False
-        except cudamodel.NotModelled as e:
-            if not fast_path:
-                raise
-            fast_path = False  # trace the standard path instead, as the CPU estimates do
-            notes.append(f"the fused kernels were not modelled here ({e}); estimated with the fast path off")
-            continue
+                        rec.active = False
+        return report, base, fused, rec, km
+
+    last_error = None
+    for target_dev in attempts:
+        fast_path = cuda
+        try:
+            try:
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
+            except cudamodel.NotModelled as e:
+                fast_path = False  # trace the standard path instead, as the CPU estimates do
+                notes.append(f"the fused kernels were not modelled here ({e}); estimated with the "
+                             "fast path off")
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
         except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
             if target_dev is attempts[-1]:
                 raise
@@ -844,7 +850,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                          "inputs, the step, library workspaces)")
             if held_bytes:
                 extra.append(f"{format_bytes(held_bytes)} held by the process besides, allocated first")
-        if fused and not fast_path or (fused and not cuda):
+        if fused and (not fast_path or not cuda):
             extra.append(FUSED_PATH_NOTE)
         report.notes = notes + extra + report.notes
         return report

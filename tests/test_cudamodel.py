@@ -185,3 +185,18 @@ def test_budget_explorer_says_the_allocator_was_modelled():
     assert "expandable_segments" in str(es) and es.results["eval+no_grad"].allocator == "expandable_segments"
     with pytest.raises(ValueError, match="allocator"):
         widgets.budget_explorer("mlp", "tiny", "cuda", 0.125, interactive=False, allocator="x")
+
+
+def test_fast_path_not_modelled_falls_back_to_the_standard_path():
+    # a head size of 9 (not a multiple of 8): the CUDA kernel would not take its fused attention
+    # branch, which is all the model covers; the estimate says so and traces the standard path
+    import dataclasses
+
+    from nogradlab import workloads
+
+    wl = workloads.get("transformer_base", "tiny")
+    odd = dataclasses.replace(wl, params={**wl.params, "d_model": 36, "nhead": 4, "dim_feedforward": 72},
+                              input_shape=(wl.params["seq_len"], 36))
+    r = memory.estimate(odd, 2, "cuda", "eval+no_grad")
+    assert any("not modelled" in n for n in r.notes) and memory.FUSED_PATH_NOTE in r.notes
+    assert r.reserved_bytes is not None
