@@ -9,8 +9,8 @@ A GPU does not run out of memory when the tensors' bytes reach its size: PyTorch
 memory in *segments* and hands out *blocks* carved from them, keeping freed blocks cached for reuse.
 ``torch.cuda.set_per_process_memory_fraction`` caps the segments (the *reserved* bytes), so what fits
 depends on rounding, segment sizes and fragmentation. ``simulate`` replays a trace of allocations and
-frees through the rules of ``c10/cuda/CUDACachingAllocator.cpp`` (PyTorch's source, the versions of
-2.4 to 2.11 share them):
+frees through the rules of ``c10/cuda/CUDACachingAllocator.cpp`` in PyTorch's source (read for this
+model; torch 2.11 on an H200 was checked against it, see the end of this docstring):
 
 * every request is rounded up to a multiple of 512 bytes (``kMinBlockSize``; the optional power-of-2
   rounding, ``roundup_power2_divisions``, is off by default and not modelled);
@@ -42,9 +42,10 @@ Not modelled: several streams (``record_stream``, cross-stream frees), CUDA grap
 garbage collection (``garbage_collection_threshold``, off by default), and memory taken outside
 the allocator (the CUDA context, NCCL), which a cap set by ``set_per_process_memory_fraction`` does
 not count either. Where CUDA places a segment in the address space matters only to break ties
-between free blocks of equal size: each new segment gets an address below the older ones, as
-cudaMalloc gave them on the H200 for the large segments that matter (it reuses freed ranges too,
-which the model does not). With that, the model reproduced six allocator traces recorded on an
+between free blocks of equal size, but such ties can decide a batch: each new segment gets an
+address below the older ones, as cudaMalloc gave them on the H200 for the large segments that
+matter (it reuses freed ranges too, which the model does not); with the opposite order the U-Net's
+largest eval+no_grad batch under 12 GiB would come out 163 instead of the 196 the H200 found. With that, the model reproduced six allocator traces recorded on an
 NVIDIA H200 (torch 2.11) event for event: every segment, every refused request, both modes
 (``tests/test_allocator.py``).
 
