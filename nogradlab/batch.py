@@ -15,16 +15,21 @@ Modes (``MODES``):
 
 Two ways to decide whether a batch fits (``METHODS``), one search for both:
 
-* ``"estimate"`` (the default off CUDA): ``memory.estimate(...).total_peak_bytes <= budget``, on fake
-  tensors, so nothing is allocated. Asked for a CUDA device, it estimates on a *virtual* CUDA
-  device (CUDA's 512-byte block rounding applies), also on a machine without a GPU.
+* ``"estimate"`` (the default off CUDA): fake tensors, so nothing is allocated. On a CUDA device
+  (a *virtual* one on a machine without a GPU) it decides as the real cap does: the step's
+  allocation trace (``memory.estimate``: the model's weights, the library workspaces a warm-up step
+  leaves, the inputs, the step as the GPU runs it) is replayed through the caching allocator's model
+  (``nogradlab.allocator``) under a cap of ``budget`` on *reserved* bytes, releasing cached blocks and
+  retrying before an out-of-memory error, as ``set_per_process_memory_fraction`` makes the real
+  allocator do; ``allocator`` picks ``"native"`` (the default) or ``"expandable_segments"``. Off
+  CUDA (no caching allocator): ``memory.estimate(...).total_peak_bytes <= budget``.
 * ``"search"`` (the default on a real GPU): real runs under a cap set with
   ``torch.cuda.set_per_process_memory_fraction(budget / total memory)``; a run that raises
   ``torch.cuda.OutOfMemoryError`` does not fit. After each OOM the failed attempt's tensors are
   freed outside the ``except`` block (the traceback holds them until it ends), then
   ``gc.collect()`` and ``torch.cuda.empty_cache()``; the previous cap is restored afterwards, also
   when something else raises. The cap limits what the caching allocator *reserves* (rounded
-  segments), so a real search may find a slightly smaller batch than the estimate.
+  segments), and the search uses the process's own allocator (``PYTORCH_CUDA_ALLOC_CONF``).
 
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
@@ -63,10 +68,13 @@ METHODS = ("auto", "estimate", "search")
 class BatchResult:
     """The answer of one search: ``batch`` (0 when even batch 1 does not fit) and how it was found.
 
-    ``trials``: ``(batch, fits, bytes)`` in the order they ran; ``bytes`` is the estimated total
-    peak (``estimate``) or ``torch.cuda.max_memory_allocated`` of the run (``search``; ``None``
-    after an OOM). ``allocated_before/after``: ``torch.cuda.memory_allocated`` around a real
-    search (equal when nothing leaked); ``None`` for estimates.
+    ``trials``: ``(batch, fits, bytes)`` in the order they ran; ``bytes`` is, for an estimate on
+    a CUDA device, the modelled reserved peak without a cap (what the allocator would take; a
+    batch can fit below a cap it exceeds, since cached blocks are released before giving up), off
+    CUDA the estimated total peak, for a real search ``torch.cuda.max_memory_allocated`` of the
+    run (``None`` after an OOM). ``allocated_before/after``: ``torch.cuda.memory_allocated``
+    around a real search (equal when nothing leaked); ``None`` for estimates. ``allocator``: the
+    caching allocator's mode (modelled, or the process's for a real search); ``None`` off CUDA.
     """
 
     workload: str
@@ -81,6 +89,7 @@ class BatchResult:
     seconds: float = 0.0
     allocated_before: "int | None" = None
     allocated_after: "int | None" = None
+    allocator: "str | None" = None
 
     @property
     def at_limit(self) -> bool:
@@ -99,8 +108,9 @@ class BatchResult:
         return d
 
     def __str__(self) -> str:
+        alloc = f", {self.allocator} allocator" if self.allocator else ""
         return (f"{self.workload} ({self.scale}) {self.mode}: largest batch {self.batch} under "
-                f"{_memory.format_bytes(self.budget_bytes)} on {self.device} [{self.method}, "
+                f"{_memory.format_bytes(self.budget_bytes)} on {self.device} [{self.method}{alloc}, "
                 f"{len(self.trials)} trials, {self.seconds:.1f} s]")
 
 
@@ -210,13 +220,42 @@ def frozen_gc():
 @functools.lru_cache(maxsize=4096)
 def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str) -> tuple:
     """(total estimated peak: weights, inputs and everything the step allocates; the estimate's
-    notes). Estimates are deterministic (``memory.estimate`` switches the transformer fast path
-    off itself), so they are cached."""
-    if mode == "train":
-        r = _memory.estimate(workload, batch, dev, step="train", scale=scale)
-    else:
-        r = _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale)
+    notes). Estimates are deterministic, so they are cached."""
+    r = _estimate(workload, scale, mode, batch, dev, "native", 0)
     return int(r.total_peak_bytes), tuple(r.notes)
+
+
+@functools.lru_cache(maxsize=48)
+def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int):
+    """The ``memory.estimate`` report of one step (with its allocation trace on CUDA); a few are
+    cached (a trace holds thousands of events)."""
+    if mode == "train":
+        return _memory.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,
+                                held_bytes=held)
+    return _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale, allocator=allocator,
+                            held_bytes=held)
+
+
+@functools.lru_cache(maxsize=4096)
+def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str,
+                  held: int, budget: int) -> tuple:
+    """(fits, modelled reserved peak without a cap, notes): the step's trace replayed through the
+    caching allocator's model under a cap of ``budget`` reserved bytes."""
+    from . import allocator as _alloc
+
+    r = _estimate(workload, scale, mode, batch, dev, allocator, held)
+    sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
+    return not sim.oom, int(r.reserved_bytes), tuple(r.notes)
+
+
+def _process_allocator() -> str:
+    """The caching allocator's mode of this process (``PYTORCH_CUDA_ALLOC_CONF``, or its newer
+    name ``PYTORCH_ALLOC_CONF``)."""
+    import os
+    import re
+
+    conf = ",".join(os.environ.get(k, "") for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))
+    return "expandable_segments" if re.search(r"expandable_segments\s*:\s*true", conf, re.I) else "native"
 
 
 def _real_runner(wl, mode: str, dev: torch.device):
@@ -367,8 +406,13 @@ def search_on_cuda(run, budget_bytes: int, device, *, max_batch: int = 65536, st
 # the public entry point
 
 
-def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, start):
+def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, start,
+              allocator=None, held_bytes=0):
     """Check every argument before any work; return (Workload, device string, is_virtual, method)."""
+    if allocator is not None and allocator not in _memory.ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(_memory.ALLOCATORS)}")
+    if isinstance(held_bytes, bool) or not isinstance(held_bytes, numbers.Integral) or held_bytes < 0:
+        raise ValueError(f"held_bytes must be a non-negative integer, got {held_bytes!r}")
     if mode not in _SETTINGS:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     if method not in METHODS:
@@ -397,6 +441,12 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
         if not dev.startswith("cuda"):
             raise ValueError(f"method 'search' needs a CUDA device (real runs under a memory cap), "
                              f"got {dev!r}; use method 'estimate'")
+        if allocator is not None and allocator != _process_allocator():
+            raise ValueError(f"a real search runs with this process's allocator "
+                             f"({_process_allocator()}), not {allocator!r}: set "
+                             "PYTORCH_CUDA_ALLOC_CONF before starting Python, or use method 'estimate'")
+        if held_bytes:
+            raise ValueError("held_bytes is for estimates; a real search counts what the process holds")
         total = _device.total_memory(dev)
         if budget_bytes > total:
             raise ValueError(f"budget {_memory.format_bytes(budget_bytes)} exceeds {dev}'s "
@@ -406,9 +456,15 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
 
 def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, scale: str = "full",
                   method: str = "auto", max_batch: int = 65536, progress: bool = False,
-                  start="auto", hint: "int | None" = None) -> BatchResult:
+                  start="auto", hint: "int | None" = None, allocator: "str | None" = None,
+                  held_bytes: int = 0) -> BatchResult:
     """The largest batch of ``workload`` (at ``scale``) whose step in ``mode`` fits in
     ``budget_bytes`` on ``device`` (see the module docstring for modes and methods).
+
+    ``allocator``: the CUDA caching allocator's mode an estimate models, ``"native"`` (the default)
+    or ``"expandable_segments"``; a real search runs with the process's own (naming another is an
+    error). ``held_bytes``: for an estimate, memory the process already holds on the device besides
+    the model (other tensors), allocated first and counted against the cap.
 
     ``start``: ``"auto"`` (a secant guess from batches 1 and 2, refined) or the batch the search
     starts from (1: plain doubling). ``hint``: with ``"auto"``, a batch believed near the answer
@@ -416,7 +472,13 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     these only change the number of trials. ``progress`` shows a bar of trials.
     """
     wl, dev, virtual, method = _validate(workload, mode, budget_bytes, device, scale, method,
-                                         max_batch, start)
+                                         max_batch, start, allocator, held_bytes)
+    cuda = dev.startswith("cuda")
+    if cuda:
+        allocator = allocator or ("native" if method == "estimate" else _process_allocator())
+    else:
+        allocator = None
+    held_bytes = int(held_bytes)
     if hint is not None:
         _check_positive_int(hint, "hint")
     budget_bytes = int(budget_bytes)
@@ -435,17 +497,27 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
             bar.set_postfix(batch=b, fits=ok)
 
     result = BatchResult(workload=wl.name, mode=mode, budget_bytes=budget_bytes, batch=0,
-                         trials=trials, method=method, device=dev, scale=scale, notes=notes)
+                         trials=trials, method=method, device=dev, scale=scale, notes=notes,
+                         allocator=allocator)
     try:
         with frozen_gc():
             if method == "estimate":
                 if virtual:
                     notes.append(f"no GPU here: estimated on a virtual {dev} device")
+                if cuda:
+                    notes.append(f"decided as the real cap decides: the step's allocations replayed "
+                                 f"through the caching allocator's model ({allocator}) under a cap "
+                                 f"of {_memory.format_bytes(budget_bytes)} reserved")
 
                 def estimated(b):
-                    n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev)
-                    notes.extend(x for x in est_notes if x not in notes)
-                    return n <= budget_bytes, n
+                    if cuda:
+                        ok, n, est_notes = _modelled_fit(wl.name, scale, mode, b, dev, allocator,
+                                                         held_bytes, budget_bytes)
+                    else:
+                        n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev)
+                        ok = n <= budget_bytes
+                    notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
+                    return ok, n
 
                 result.batch = _find(_recorded(estimated, record), budget_bytes, max_batch, start,
                                      hint)
@@ -498,5 +570,5 @@ def largest_batches(workload: str, budget_bytes: int, device="cpu", *, modes=MOD
     for m in modes:
         _validate(workload, m, budget_bytes, device, kwargs.get("scale", "full"),
                   kwargs.get("method", "auto"), kwargs.get("max_batch", 65536),
-                  kwargs.get("start", "auto"))
+                  kwargs.get("start", "auto"), kwargs.get("allocator"), kwargs.get("held_bytes", 0))
     return {m: largest_batch(workload, m, budget_bytes, device, **kwargs) for m in modes}

@@ -45,7 +45,7 @@ from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
-           "METHODS", "STEPS", "CUDA_BLOCK", "LazyResultWarning"]
+           "METHODS", "STEPS", "CUDA_BLOCK", "LazyResultWarning", "ALLOCATORS"]
 
 METHODS = ("auto", "storage", "allocator")
 STEPS = ("forward", "train")
@@ -93,6 +93,12 @@ class MemoryReport:
     baseline_bytes: "int | None" = None  # estimates: parameters, buffers and inputs live at entry
     notes: list = field(default_factory=list)
     label: str = ""
+    # estimates on a CUDA device: the caching allocator's view (nogradlab.allocator) of a process
+    # that built the model (and ran a warm-up step) and then this step
+    allocated_bytes: "int | None" = None  # modelled torch.cuda.max_memory_allocated, whole process
+    reserved_bytes: "int | None" = None  # modelled torch.cuda.max_memory_reserved (segments)
+    allocator: "str | None" = None  # the allocator mode modelled
+    events: "list | None" = field(default=None, repr=False, compare=False)  # the allocation trace
 
     @property
     def total_peak_bytes(self) -> "int | None":
@@ -100,7 +106,12 @@ class MemoryReport:
         return None if self.baseline_bytes is None else self.baseline_bytes + self.peak_bytes
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        events, self.events = self.events, None  # the trace stays out of the dict (thousands of events)
+        try:
+            d = asdict(self)
+        finally:
+            self.events = events
+        d.pop("events", None)
         d["total_peak_bytes"] = self.total_peak_bytes
         if self.timeline is not None:
             d["timeline"] = [list(e) for e in self.timeline]
@@ -120,6 +131,9 @@ class MemoryReport:
              f"[{self.method} on {self.device}]")
         if self.baseline_bytes is not None:
             s += f"; with weights and inputs {format_bytes(self.total_peak_bytes)}"
+        if self.reserved_bytes is not None:
+            s += (f"; the allocator ({self.allocator}) would reserve {format_bytes(self.reserved_bytes)} "
+                  f"for {format_bytes(self.allocated_bytes)} allocated")
         return s
 
     def _repr_html_(self) -> str:
@@ -127,6 +141,9 @@ class MemoryReport:
             ("peak", format_bytes(self.peak_bytes)), ("retained", format_bytes(self.retained_bytes)),
             ("saved for backward", f"{format_bytes(self.saved_bytes)} ({self.saved_tensors} storages)"),
             ("method", f"{self.method} on {self.device}")))
+        if self.reserved_bytes is not None:
+            rows += (f"<tr><th style='text-align:left'>allocated / reserved ({self.allocator})</th>"
+                     f"<td>{format_bytes(self.allocated_bytes)} / {format_bytes(self.reserved_bytes)}</td></tr>")
         return f"<table>{rows}</table>"
 
 
@@ -349,6 +366,18 @@ class _LiveTracker(TorchDispatchMode):
         if cur is not None:
             self.per_module[id(cur)] = self.per_module.get(id(cur), 0) + n
         self._event(label)
+
+    def transient(self, nbytes, label="workspace", **_):
+        """Bytes an operator allocates and frees again inside itself (a library's workspace, as
+        ``nogradlab.cudamodel`` models them): they count toward the peak at this moment."""
+        if not self.active:
+            return
+        n = _rounded(int(nbytes), self.block)
+        self.peak = max(self.peak, self.live + n)
+        self.live += n
+        self._event(label)
+        self.live -= n
+        self._event(label + " freed")
 
     def _resized(self, st):
         old = self.sizes.get(st)
@@ -673,12 +702,16 @@ _OPTIMIZERS = {
 }
 
 
-def _build_step(wl, batch, dev, step, mode, optimizer, dtype):
+def _build_step(wl, batch, dev, step, mode, optimizer, dtype, built=None, autocast=None):
     """Build the model and inputs on ``dev`` (under whatever tensor mode is active) and return
-    (fn, model, tensors live at entry)."""
+    (fn, model, tensors live at entry). ``built()`` is called between the model and the inputs;
+    ``autocast``: a context manager factory replacing the setting's own autocast (the virtual
+    CUDA device)."""
     from . import modes
 
     model = wl.build(dev, dtype=dtype) if dtype is not None else wl.build(dev)
+    if built is not None:
+        built()
     x = wl.make_input(batch, dev)
     if step == "train":
         target = wl.make_target(batch, dev)
@@ -690,10 +723,17 @@ def _build_step(wl, batch, dev, step, mode, optimizer, dtype):
         entry = [x, target]
     else:
         setting = modes.parse(mode)
+        if autocast is not None and setting.autocast:
+            cast = modes.AUTOCAST_DTYPES[setting.autocast]
+            setting = modes.Setting(mode=setting.mode, train=setting.train, autocast=None)
 
-        def fn():
-            with modes.setting(setting, model=model, device=dev):
-                return model(x)
+            def fn():
+                with autocast(cast), modes.setting(setting, model=model, device=dev):
+                    return model(x)
+        else:
+            def fn():
+                with modes.setting(setting, model=model, device=dev):
+                    return model(x)
 
         entry = [x]
     return fn, model, entry
@@ -718,10 +758,13 @@ def _entry_bytes(model, tensors, block) -> int:
     return total
 
 
+ALLOCATORS = ("native", "expandable_segments")
+
+
 @_device.leaves_rng_alone(device_param=None)  # the RNG as found (CPU; CUDA if initialised)
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
-             seed: int = 0) -> MemoryReport:
+             seed: int = 0, allocator: str = "native", held_bytes: int = 0) -> MemoryReport:
     """The memory report of one step of ``workload`` at ``batch``, computed under
     ``FakeTensorMode``: shapes and bytes without allocating, for any device (also ``"cuda"``
     on a machine without a GPU).
@@ -731,17 +774,32 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     an optimizer step (``optimizer`` ``"sgd"`` with momentum or ``"adam"``); ``mode`` is then
     ignored. ``baseline_bytes`` in the report holds parameters, buffers and inputs, so
     ``total_peak_bytes`` is what the device must hold at the peak.
+
+    On a CUDA device the step is traced as the GPU would run it (``nogradlab.cudamodel``: fused
+    attention, the transformer fast path, autocast, cuBLAS/cuDNN workspaces; the notes say which
+    applied), and the trace of every allocation and free (``report.events``: the model's weights,
+    the library workspaces a warm-up step leaves behind, the inputs, the step) is replayed through
+    the caching allocator's model (``nogradlab.allocator``, ``allocator``: ``"native"`` or
+    ``"expandable_segments"``): ``allocated_bytes`` and ``reserved_bytes`` are what
+    ``torch.cuda.max_memory_allocated``/``max_memory_reserved`` would report in a process that
+    built the model, ran one step at batch 1, emptied the cache and ran this one. ``held_bytes``:
+    memory the process already holds besides (one block allocated first). There ``peak_bytes``
+    counts, besides the tensors, the workspaces operators allocate and free inside themselves.
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from . import modes, workloads
+    from . import allocator as _alloc
+    from . import cudamodel, modes, workloads
 
     if step not in STEPS:
         raise ValueError(f"unknown step {step!r}; allowed: {', '.join(STEPS)}")
     if optimizer not in _OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; allowed: {', '.join(_OPTIMIZERS)}")
-    if step == "forward":
-        modes.parse(mode)
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(ALLOCATORS)}")
+    if isinstance(held_bytes, bool) or not isinstance(held_bytes, int) or held_bytes < 0:
+        raise ValueError(f"held_bytes must be a non-negative integer, got {held_bytes!r}")
+    setting = modes.parse(mode) if step == "forward" else None
     wl = workloads.get(workload, scale) if isinstance(workload, str) else workload
     workloads.check_batch(batch)
     if isinstance(device, str) and device.strip().lower().startswith("cuda"):
@@ -750,32 +808,67 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
             dev = torch.device("cuda", 0)
     else:
         dev = _device.resolve(device)
-    block = CUDA_BLOCK if dev.type == "cuda" else 1
+    cuda = dev.type == "cuda"
+    virtual = cuda and not torch.cuda.is_available()
+    block = CUDA_BLOCK if cuda else 1
     notes = []
     attempts = [dev]
-    if dev.type == "cuda" and not torch.cuda.is_available():
+    if virtual:
         if step == "train":
             notes.append("backward cannot run on a fake CUDA device without a GPU in this torch "
                          f"({torch.__version__}); estimated on the fake CPU device with CUDA's "
-                         f"{CUDA_BLOCK}-byte block rounding")
+                         f"{CUDA_BLOCK}-byte block rounding and the CUDA kernels modelled")
             attempts = [torch.device("cpu")]
         else:
             attempts = [dev, torch.device("cpu")]
-    last_error = None
-    for target_dev in attempts:
-        try:
-            # seeded for reproducible shapes of random choices, without touching the caller's RNG
-            with torch.random.fork_rng(devices=[]), fused_paths_off(), \
-                    FakeTensorMode(allow_non_fake_inputs=False):
-                torch.manual_seed(seed)
-                fn, model, entry = _build_step(wl, batch, target_dev, step, mode, optimizer, dtype)
+    if virtual and setting is not None and setting.autocast:
+        notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
+                     "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
+    def attempt(target_dev, fast_path):
+        """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a
+        fused transformer path, recorder, kernel model)."""
+        rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
+        km = cudamodel.kernel_model() if cuda else None
+        paths = contextlib.nullcontext() if fast_path else fused_paths_off()
+        autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
+        # seeded for reproducible shapes of random choices, without touching the caller's RNG
+        with torch.random.fork_rng(devices=[]), paths, FakeTensorMode(allow_non_fake_inputs=False):
+            torch.manual_seed(seed)
+            with rec if rec is not None else contextlib.nullcontext():
+                fn, model, entry = _build_step(
+                    wl, batch, target_dev, step, mode, optimizer, dtype,
+                    built=(lambda: rec.mark("model")) if rec is not None else None, autocast=autocast)
+                if rec is not None:
+                    rec.mark("inputs")
                 fused = step == "forward" and any(
                     isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
                     for m in model.modules())
                 base = _entry_bytes(model, entry, block)
-                report = _run(fn, target_dev, "storage", (), timeline, block,
-                              f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
-                              f"batch {batch}", False, fake=True)
+                run = fn
+                if km is not None:
+                    def run(fn=fn):  # the kernel model sits above the trackers _run enters
+                        with km:
+                            return fn()
+                try:
+                    report = _run(run, target_dev, "storage", (), timeline, block,
+                                  f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
+                                  f"batch {batch}", False, fake=True)
+                finally:
+                    if rec is not None:
+                        rec.active = False
+        return report, base, fused, rec, km
+
+    last_error = None
+    for target_dev in attempts:
+        fast_path = cuda
+        try:
+            try:
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
+            except cudamodel.NotModelled as e:
+                fast_path = False  # trace the standard path instead, as the CPU estimates do
+                notes.append(f"the fused kernels were not modelled here ({e}); estimated with the "
+                             "fast path off")
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
         except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
             if target_dev is attempts[-1]:
                 raise
@@ -787,6 +880,38 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                          f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
         report.device = str(dev)
         report.baseline_bytes = base
-        report.notes = notes + ([FUSED_PATH_NOTE] if fused else []) + report.notes
+        extra = []
+        if cuda:
+            extra = km.notes()
+            events = _assemble(rec, held_bytes)
+            sim = _alloc.simulate(events, allocator, None, keep_segments=False)
+            report.allocated_bytes = sim.allocated_peak_bytes
+            report.reserved_bytes = sim.reserved_peak_bytes
+            report.allocator = allocator
+            report.events = events
+            extra.append(f"reserved bytes from the caching allocator's model ({allocator}): "
+                         f"{format_bytes(sim.reserved_peak_bytes)} of segments for "
+                         f"{format_bytes(sim.allocated_peak_bytes)} allocated at the peak (weights, "
+                         "inputs, the step, library workspaces)")
+            if held_bytes:
+                extra.append(f"{format_bytes(held_bytes)} held by the process besides, allocated first")
+        if fused and (not fast_path or not cuda):
+            extra.append(FUSED_PATH_NOTE)
+        report.notes = notes + extra + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover
+
+
+def _assemble(rec, held_bytes: int) -> list:
+    """The allocation trace of a process as the real search runs it: (what it holds already), the
+    model's weights, the library workspaces its warm-up step left behind, ``empty_cache``, the
+    inputs, the step."""
+    ev = rec.events
+    marks = {e[1]: i for i, e in enumerate(ev) if e[0] == "mark"}
+    i_model, i_inputs = marks["model"], marks["inputs"]
+    out = [("alloc", ("held",), held_bytes)] if held_bytes else []
+    out += ev[:i_model]
+    out += rec.persistent_events
+    out.append(("empty_cache",))
+    out += [e for e in ev[i_model + 1:] if e[0] != "mark"]
+    return out

@@ -327,6 +327,7 @@ class BudgetResult(_Shown):
     results: dict = field(default_factory=dict)
     method: str = "estimate"
     seconds: float = 0.0
+    allocator: "str | None" = None  # the CUDA caching allocator's mode (None off CUDA)
 
     @property
     def batches(self) -> dict:
@@ -370,9 +371,13 @@ class BudgetResult(_Shown):
                 "capped reference, an upper bound), not the real ratio"]
 
     def _caption(self) -> str:
+        how = "fake-tensor estimates" if self.method == "estimate" else "real runs"
+        if self.allocator and self.method == "estimate":
+            how += f", CUDA caching allocator modelled ({self.allocator})"
+        elif self.allocator:
+            how += f", {self.allocator} allocator"
         return (f"{self.workload} ({self.scale}) on {self.device}: largest batch within "
-                f"{_memory.format_bytes(self.budget_bytes)} "
-                f"({'fake-tensor estimates' if self.method == 'estimate' else 'real runs'})")
+                f"{_memory.format_bytes(self.budget_bytes)} ({how})")
 
     def __str__(self) -> str:
         return self._text()
@@ -710,10 +715,13 @@ def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = N
 
 
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
-                    method: str = "estimate", on_step=None, cache=None) -> BudgetResult:
+                    method: str = "estimate", on_step=None, cache=None,
+                    allocator: "str | None" = None) -> BudgetResult:
     """Largest batch per mode within ``budget_gib`` GiB, from ``nogradlab.batch.largest_batch``
-    (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; ``"auto"``: real
-    runs under a memory cap on a real GPU). ``cache`` (a dict) reuses answers."""
+    (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; on CUDA the answer
+    comes from the caching allocator's model under the cap, ``allocator`` ``"native"`` by default
+    or ``"expandable_segments"``; ``"auto"``: real runs under a memory cap on a real GPU).
+    ``cache`` (a dict) reuses answers."""
     import time as _time
 
     from .batch import largest_batch
@@ -727,17 +735,20 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     for i, m in enumerate(modes):
         if on_step is not None:
             on_step(i, len(modes), f"largest batch: {m}")
-        key = (workload, scale, str(device), budget, m, method)
+        key = (workload, scale, str(device), budget, m, method, allocator)
         if cache is not None and key in cache:
             results[m] = cache[key]
             continue
-        results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method)
+        results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method,
+                                   allocator=allocator)
         if cache is not None:
             cache[key] = results[m]
     if on_step is not None:
         on_step(len(modes), len(modes), "done")
+    used = next((r.allocator for r in results.values() if r.allocator), None)
     return BudgetResult(workload=workload, scale=scale, device=str(device), budget_bytes=budget,
-                        results=results, method=method, seconds=_time.perf_counter() - start)
+                        results=results, method=method, seconds=_time.perf_counter() - start,
+                        allocator=used)
 
 
 def _check_budget_device(device) -> str:
@@ -752,11 +763,12 @@ class BudgetExplorer(_LiveView):
     in :class:`Explorer`."""
 
     def __init__(self, workload="resnet50", scale="full", device="cuda", budget_gib=12.0,
-                 modes=BUDGET_MODES, method="estimate"):
+                 modes=BUDGET_MODES, method="estimate", allocator=None):
         import ipywidgets as W
 
         self.modes_ = tuple(modes)
         self.method = method
+        self.allocator = allocator
         self.result, self.error, self.runs = None, None, 0
         self._cache: dict = {}
         style = {"description_width": "80px"}
@@ -792,7 +804,7 @@ class BudgetExplorer(_LiveView):
             dev = _check_budget_device(self.device.value)
             res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
                                   self.modes_, method=self.method, on_step=self._step,
-                                  cache=self._cache)
+                                  cache=self._cache, allocator=self.allocator)
         except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
             self._failed(e)
             return None
@@ -803,10 +815,12 @@ class BudgetExplorer(_LiveView):
 
 def budget_explorer(workload: str = "resnet50", scale: str = "full", device: str = "cuda",
                     budget_gib: float = 12, interactive=None, *, modes=BUDGET_MODES,
-                    method: str = "estimate"):
+                    method: str = "estimate", allocator: "str | None" = None):
     """How large a batch fits a memory budget, per mode (``train`` step, ``grad`` forward,
     ``eval+no_grad``, ``inference_mode``), from fake-tensor estimates: a GPU-sized question
-    answered on any machine (``device="cuda"`` is virtual when no GPU is present).
+    answered on any machine (``device="cuda"`` is virtual when no GPU is present). On CUDA the
+    estimate decides with the caching allocator's model under the cap (``allocator``:
+    ``"native"``, the default, or ``"expandable_segments"``), as the real cap decides.
     ``method="auto"`` uses real runs under a memory cap where a real GPU is present.
 
     Interactive: returns a :class:`BudgetExplorer` (a GiB slider; displaying it computes once).
@@ -827,6 +841,10 @@ def budget_explorer(workload: str = "resnet50", scale: str = "full", device: str
         raise ValueError(f"modes must be chosen from {', '.join(MODES)}; got {modes!r}")
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
+    from .memory import ALLOCATORS
+
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(ALLOCATORS)}")
     if _is_interactive(interactive):
-        return BudgetExplorer(workload, scale, device, float(budget_gib), modes, method)
-    return largest_batches(workload, scale, dev, budget_gib, modes, method=method)
+        return BudgetExplorer(workload, scale, device, float(budget_gib), modes, method, allocator)
+    return largest_batches(workload, scale, dev, budget_gib, modes, method=method, allocator=allocator)

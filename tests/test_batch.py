@@ -87,14 +87,39 @@ def test_guessed_start_agrees_with_plain_doubling():
         batch.largest_batch("mlp", "train", budget, "cpu", scale="tiny", hint=0)
 
 
-def test_estimate_on_virtual_cuda_rounds_blocks():
-    budget = 3 * 1024 * KIB
+def test_estimate_on_virtual_cuda_models_the_allocator():
+    from nogradlab import allocator
+
+    budget = 64 * 1024 * KIB
     r = batch.largest_batch("mlp", "eval+no_grad", budget, "cuda", scale="tiny")
-    assert r.method == "estimate" and r.device.startswith("cuda")
-    fit = memory.estimate("mlp", r.batch, "cuda", "eval+no_grad", scale="tiny").total_peak_bytes
-    assert fit <= budget and fit % memory.CUDA_BLOCK == 0
+    assert r.method == "estimate" and r.device.startswith("cuda") and r.allocator == "native"
+    assert 0 < r.batch < 65536
+    fit = memory.estimate("mlp", r.batch, "cuda", "eval+no_grad", scale="tiny")
+    over = memory.estimate("mlp", r.batch + 1, "cuda", "eval+no_grad", scale="tiny")
+    assert fit.total_peak_bytes % memory.CUDA_BLOCK == 0
+    # the answer is where the allocator's model starts to run out of memory under the cap
+    assert not allocator.simulate(fit.events, "native", budget).oom
+    assert allocator.simulate(over.events, "native", budget).oom
     if not torch.cuda.is_available():
         assert any("virtual" in n for n in r.notes)
+    # the cuBLAS workspace (32 MiB on the reference GPU) is part of the answer: 3 MiB fits nothing
+    assert batch.largest_batch("mlp", "eval+no_grad", 3 * 1024 * KIB, "cuda", scale="tiny").batch == 0
+
+
+def test_estimate_allocator_modes_and_bad_values():
+    budget = 128 * 1024 * KIB  # a training step keeps two cuBLAS workspaces (forward, backward)
+    es = batch.largest_batch("mlp", "train", budget, "cuda", scale="tiny", allocator="expandable_segments")
+    nat = batch.largest_batch("mlp", "train", budget, "cuda", scale="tiny")
+    assert es.allocator == "expandable_segments" and es.batch >= nat.batch > 0
+    held = batch.largest_batch("mlp", "train", budget, "cuda", scale="tiny", held_bytes=8 * 1024 * KIB)
+    assert held.batch < nat.batch
+    with pytest.raises(ValueError, match="allocator"):
+        batch.largest_batch("mlp", "train", budget, "cuda", scale="tiny", allocator="caching")
+    with pytest.raises(ValueError, match="held_bytes"):
+        batch.largest_batch("mlp", "train", budget, "cuda", scale="tiny", held_bytes=-1)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="search"):
+            batch.largest_batch("mlp", "train", budget, "cuda", method="search")
 
 
 def test_nothing_fits_gives_zero():

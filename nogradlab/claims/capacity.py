@@ -4,11 +4,13 @@ Covered: C04 C09 C25.
 
 * **Largest batch** comes from :func:`nogradlab.batch.largest_batch`, estimated on fake tensors
   (method ``"estimate"``: on the GPU's own device type when there is one, else on a *virtual* CUDA
-  device of the article's size), with full-size models, whatever ``ctx.scale`` is: a 12 GiB budget
-  only means something for the article's model sizes. On a real GPU, ``real_search`` says how many
-  real OOM searches under a memory cap (method ``"search"``) check it: ``"one"`` by default (a
-  notebook on a learner's GPU: C04's real searches alone took 183 s on an H200), ``"all"`` in the
-  reference run (``benchmarks/gpu_reference.py``), ``"none"``.
+  device of the article's size; the step's allocations, library workspaces included, replayed
+  through the caching allocator's model under the cap, as ``nogradlab.allocator`` describes), with
+  full-size models, whatever ``ctx.scale`` is: a 12 GiB budget only means something for the
+  article's model sizes. On a real GPU, ``real_search`` says how many real OOM searches under a
+  memory cap (method ``"search"``) check it: ``"one"`` by default (a notebook on a learner's GPU:
+  C04's real searches alone took 183 s on an H200), ``"all"`` in the reference run
+  (``benchmarks/gpu_reference.py``), ``"none"``.
   Modes: ``"train"`` (a training step), ``"grad"`` (a grad-enabled forward, eval mode) and
   ``"eval+no_grad"``.
 * **C09's tolerance.** The article says "about 2.5x"; the check holds when the measured factor
@@ -18,9 +20,10 @@ Covered: C04 C09 C25.
 * **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
-At ``scale="tiny"`` on a CPU, C04 takes about 5 s, C09 about 5 s (one more in a fresh process) and
+At ``scale="tiny"`` on a CPU, C04 takes about 11 s, C09 about 15 s (a few more in a fresh process) and
 C25 about 2 s on two busy cores: an estimate of a full-size model costs ~0.3-1 s whatever the scale,
-and a search needs 3 to 5 of them. ``ctx.params`` knobs are named in each docstring.
+and a search needs 5 to 20 of them, each replayed through the allocator's model. ``ctx.params`` knobs are
+named in each docstring.
 """
 from __future__ import annotations
 
@@ -109,7 +112,7 @@ def _row(r: _batch.BatchResult) -> dict:
             "method": r.method, "device": r.device, "scale": r.scale, "trials": len(r.trials),
             "bytes_at_batch": r.bytes_at(r.batch), "seconds": r.seconds, "notes": r.notes,
             "at_limit": r.at_limit, "allocated_before": r.allocated_before,
-            "allocated_after": r.allocated_after}
+            "allocated_after": r.allocated_after, "allocator": r.allocator}
 
 
 def _searches(name: str, budget: int, dev, method: str, scale: str = "full", **kw) -> dict:
@@ -202,7 +205,9 @@ def c04(ctx):
     verdict = "holds" if all(larger) else "does not hold" if not any(larger) else "depends"
     same = sorted({c["workload"] for c in conditions if not c["larger_than_grad"]})
     how = (f"real OOM search on {dev}" if method == "search" else
-           f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device")
+           (f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device") +
+           ", decided as the real cap decides: the step's allocations replayed through the CUDA caching "
+           "allocator's model (native)")
     parts = [f"{c['workload']} {memory.format_bytes(c['budget_bytes'])}: train {c['train']}, "
              f"grad {c['grad']}, eval+no_grad {c['eval+no_grad']}" for c in conditions]
     if all(larger):
@@ -255,7 +260,9 @@ def c09(ctx):
     else:  # the factor as printed (two decimals) against the band
         verdict = "holds" if lo <= round(vs_train, 2) <= hi else "does not hold"
     how = (f"real OOM search on {dev}" if method == "search" else
-           f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device")
+           (f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device") +
+           ", decided as the real cap decides: the step's allocations replayed through the CUDA caching "
+           "allocator's model (native)")
     summary = (f"{name} under {gib:g} GiB ({how}): largest training-step batch {b['train']}, "
                f"grad-enabled forward {b['grad']}, eval+no_grad forward {b['eval+no_grad']}; "
                f"eval+no_grad fits {vs_train:.2f}x the training batch (article ~{C09_FIGURE}x, "
