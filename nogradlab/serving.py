@@ -158,7 +158,90 @@ def _handler_class():
     return PredictHandler
 
 
-class InferenceServer:
+class _ThreadedServer:
+    """A Tornado application on 127.0.0.1 (a free port) served from a background thread with its own
+    asyncio event loop; a context manager (start/stop). Subclasses give ``_application()`` and may
+    use ``_before_start()`` / ``_after_stop()``."""
+
+    _thread_name = "tornado"
+
+    def __init__(self):
+        self.port = None
+        self._thread = None
+        self._loop = None
+        self._stopping = None
+        self._ready = threading.Event()
+        self._error = None
+
+    def _application(self):
+        raise NotImplementedError
+
+    def _before_start(self):
+        pass
+
+    def _after_stop(self):
+        pass
+
+    def start(self, timeout: float = 30.0):
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._before_start()
+        self._thread = threading.Thread(target=self._main, name=self._thread_name, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or self._error is not None:
+            self.stop()
+            raise RuntimeError(f"the server did not start: {self._error!r}")
+        return self
+
+    def _main(self):
+        try:
+            asyncio.run(self._serve())
+        except BaseException as e:  # noqa: BLE001 - reported to start()
+            self._error = e
+            self._ready.set()
+
+    async def _serve(self):
+        import tornado.httpserver
+        import tornado.netutil
+
+        app = self._application()
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        server = tornado.httpserver.HTTPServer(app)
+        server.add_sockets(sockets)
+        self.port = sockets[0].getsockname()[1]
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.stop()
+            await server.close_all_connections()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop serving and join the thread (then ``_after_stop``); safe to call twice."""
+        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError("the server thread did not stop")
+        self._after_stop()
+        self._loop = self._stopping = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+class InferenceServer(_ThreadedServer):
     """A Tornado server on 127.0.0.1 in a background thread; a context manager (start/stop).
 
     Each measured request makes two full garbage collections (``memory.measure``); inside
@@ -176,83 +259,32 @@ class InferenceServer:
         self.device = _device.resolve(device)
         self.batch = _workloads.check_batch(batch if batch is not None else self.wl.default_batch)
         self.variant, self.seed = variant, seed
-        self.port = None
         self.state = None
-        self._thread = None
-        self._loop = None
-        self._stopping = None
-        self._ready = threading.Event()
-        self._error = None
+        self._thread_name = f"tornado-{variant}"
+        super().__init__()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/predict"
 
-    def start(self, timeout: float = 30.0) -> "InferenceServer":
-        if self._thread is not None:
-            raise RuntimeError("server already started")
+    def _before_start(self):
         self.state = _State(self.variant, self.wl, self.device, self.batch, self.seed)
-        self._thread = threading.Thread(target=self._main, name=f"tornado-{self.variant}", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout) or self._error is not None:
-            self.stop()
-            raise RuntimeError(f"the server did not start: {self._error!r}")
-        return self
 
-    def _main(self):
-        try:
-            asyncio.run(self._serve())
-        except BaseException as e:  # noqa: BLE001 - reported to start()
-            self._error = e
-            self._ready.set()
-
-    async def _serve(self):
-        import tornado.httpserver
-        import tornado.netutil
+    def _application(self):
         import tornado.web
 
         if self.workers > 1:
             self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="request-worker")
-        app = tornado.web.Application([(r"/predict", _handler_class(),
-                                        {"state": self.state, "executor": self._executor})])
-        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
-        server = tornado.httpserver.HTTPServer(app)
-        server.add_sockets(sockets)
-        self.port = sockets[0].getsockname()[1]
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        self._ready.set()
-        try:
-            await self._stopping.wait()
-        finally:
-            server.stop()
-            await server.close_all_connections()
+        return tornado.web.Application([(r"/predict", _handler_class(),
+                                         {"state": self.state, "executor": self._executor})])
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop serving, join the thread, shut the worker pool down; safe to call twice."""
-        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise RuntimeError("the server thread did not stop")
+    def _after_stop(self):
+        """Shut the model's pool and the worker pool down."""
         if self.state is not None:
             self.state.pool.shutdown(wait=True)
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
-        self._loop = self._stopping = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
 
 def send_requests(url: str, n: int, *, timeout: float = 10.0) -> list:
@@ -417,7 +449,7 @@ def _check_loopback(url: str) -> None:
         raise ValueError(f"only loopback addresses are allowed ({', '.join(_LOOPBACK)}), got {host!r} in {url!r}")
 
 
-class LoopbackServer:
+class LoopbackServer(_ThreadedServer):
     """Serve Tornado ``routes`` (``[(pattern, RequestHandler subclass[, kwargs]), ...]``) on
     127.0.0.1 from a background thread with its own asyncio event loop; a context manager.
 
@@ -440,12 +472,13 @@ class LoopbackServer:
                 raise ValueError("each route must be (pattern: str, RequestHandler subclass[, kwargs: dict]), "
                                  f"got {r!r}")
         self.routes = routes
-        self.port = None
-        self._thread = None
-        self._loop = None
-        self._stopping = None
-        self._ready = threading.Event()
-        self._error = None
+        self._thread_name = "tornado-loopback"
+        super().__init__()
+
+    def _application(self):
+        import tornado.web
+
+        return tornado.web.Application(self.routes)
 
     def url(self, path: str = "/") -> str:
         if self.port is None:
@@ -453,42 +486,6 @@ class LoopbackServer:
         if not path.startswith("/"):
             raise ValueError(f"path must start with '/', got {path!r}")
         return f"http://127.0.0.1:{self.port}{path}"
-
-    def start(self, timeout: float = 30.0) -> "LoopbackServer":
-        if self._thread is not None:
-            raise RuntimeError("server already started")
-        self._thread = threading.Thread(target=self._main, name="tornado-loopback", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout) or self._error is not None:
-            self.stop()
-            raise RuntimeError(f"the server did not start: {self._error!r}")
-        return self
-
-    def _main(self):
-        try:
-            asyncio.run(self._serve())
-        except BaseException as e:  # noqa: BLE001 - reported to start()
-            self._error = e
-            self._ready.set()
-
-    async def _serve(self):
-        import tornado.httpserver
-        import tornado.netutil
-        import tornado.web
-
-        app = tornado.web.Application(self.routes)
-        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
-        server = tornado.httpserver.HTTPServer(app)
-        server.add_sockets(sockets)
-        self.port = sockets[0].getsockname()[1]
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
-        self._ready.set()
-        try:
-            await self._stopping.wait()
-        finally:
-            server.stop()
-            await server.close_all_connections()
 
     def loop_grad_enabled(self, timeout: float = 10.0) -> bool:
         """``torch.is_grad_enabled()`` in the event loop's thread, between requests."""
@@ -498,27 +495,6 @@ class LoopbackServer:
         async def ask():
             return torch.is_grad_enabled()
         return asyncio.run_coroutine_threadsafe(ask(), self._loop).result(timeout)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop serving and join the thread; safe to call twice."""
-        if self._loop is not None and self._stopping is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise RuntimeError("the server thread did not stop")
-        self._loop = self._stopping = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
 
 def fetch_concurrently(urls, *, clients: int = 4, timeout: float = 10.0, delays=None) -> list:
