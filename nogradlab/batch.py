@@ -284,6 +284,7 @@ def _real_runner(wl, mode: str, dev: torch.device):
     return run, reset, model
 
 
+@_device.leaves_rng_alone
 def measured_bytes(workload: str, mode: str, batch: int, device="cpu", *, scale: str = "full",
                    warmup: bool = True) -> int:
     """The real counterpart of an estimate: total peak of one real step of ``workload`` in
@@ -300,7 +301,7 @@ def measured_bytes(workload: str, mode: str, batch: int, device="cpu", *, scale:
     _workloads.check_batch(batch)
 
     def step(b):
-        with torch.random.fork_rng(devices=[]):  # seeded, leaving the caller's RNG alone
+        with _device.rng_preserved(dev):  # seeded, leaving the caller's RNG (CPU and CUDA) alone
             torch.manual_seed(0)
             model = wl.build(dev)
             x = wl.make_input(b, dev)
@@ -454,6 +455,7 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     return wl, dev, virtual, method
 
 
+@_device.leaves_rng_alone  # a real search builds the model on the device: the caller's RNG stays as it was
 def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, scale: str = "full",
                   method: str = "auto", max_batch: int = 65536, progress: bool = False,
                   start="auto", hint: "int | None" = None, allocator: "str | None" = None,
