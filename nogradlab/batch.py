@@ -225,10 +225,12 @@ def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str)
     return int(r.total_peak_bytes), tuple(r.notes)
 
 
-@functools.lru_cache(maxsize=48)
+@functools.lru_cache(maxsize=4)
 def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int):
-    """The ``memory.estimate`` report of one step (with its allocation trace on CUDA); a few are
-    cached (a trace holds thousands of events)."""
+    """The ``memory.estimate`` report of one step (with its allocation trace on CUDA); the last few
+    are cached, for the byte count and the allocator's replay of the same trial (a trace of a
+    full-size model holds tens of thousands of events: a larger cache costs a learner's kernel
+    hundreds of MB)."""
     if mode == "train":
         return _memory.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,
                                 held_bytes=held)
