@@ -246,8 +246,10 @@ class _PeakRSS:
     left out): per process the kernel's own high-water mark (VmHWM in /proc, exact however short
     the peak; the polled RSS where /proc is missing), summed over the processes."""
 
-    def __init__(self, interval: float = 0.05):
+    def __init__(self, interval: float = 0.05, kernels_only: bool = False):
         import psutil
+
+        self.kernels_only = kernels_only  # only Jupyter kernels and what they start
 
         self._me = psutil.Process()
         self._psutil = psutil
@@ -271,6 +273,18 @@ class _PeakRSS:
             pass
         return proc.memory_info().rss
 
+    def _kernel_trees(self, kids) -> list:
+        """The Jupyter kernels among ``kids`` and their descendants (not, say, a server another
+        test left behind that starts a process meanwhile)."""
+        out = []
+        for p in kids:
+            try:
+                if any("ipykernel" in part for part in p.cmdline()):
+                    out += [p, *p.children(recursive=True)]
+            except self._psutil.Error:
+                pass
+        return out
+
     @staticmethod
     def _is_fork_of_parent(proc) -> bool:
         """A child caught between fork (or vfork, as subprocess uses) and exec: it still runs its
@@ -284,6 +298,8 @@ class _PeakRSS:
         while not self._stop.is_set():
             try:
                 kids = self._me.children(recursive=True)
+                if self.kernels_only:
+                    kids = self._kernel_trees(kids)
             except self._psutil.Error:
                 kids = []
             for p in kids:
@@ -417,7 +433,7 @@ def _papermill(stem: str, params: dict, out: Path):
 def test_papermill_executes(stem):
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with _PeakRSS() as rss:
+    with _PeakRSS(kernels_only=True) as rss:
         try:
             _papermill(stem, {"device": "cpu", "scale": "tiny"}, OUT_DIR / f"{stem}.ipynb")
         finally:
