@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from nogradlab import claims, notebook
+from nogradlab.procmem import PeakRSS
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
@@ -240,93 +241,10 @@ def test_setup_rejects_bad_parameters(kwargs, words):
 # execution through papermill
 
 
-class _PeakRSS:
-    """Peak resident memory of the processes this process starts while it watches (the kernel and
-    whatever the kernel starts; children that already existed, e.g. a kernel still exiting, are
-    left out): per process the kernel's own high-water mark (VmHWM in /proc, exact however short
-    the peak; the polled RSS where /proc is missing), summed over the processes."""
-
-    def __init__(self, interval: float = 0.05, kernels_only: bool = False):
-        import psutil
-
-        self.kernels_only = kernels_only  # only Jupyter kernels and what they start
-
-        self._me = psutil.Process()
-        self._psutil = psutil
-        self.interval = interval
-        self.peaks: dict = {}  # pid -> highest resident bytes seen
-        self._before = {p.pid for p in self._me.children(recursive=True)}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    @property
-    def peak(self) -> int:
-        return sum(self.peaks.values())
-
-    def _high_water(self, proc) -> int:
-        try:
-            with open(f"/proc/{proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return proc.memory_info().rss
-
-    def _kernel_trees(self, kids) -> list:
-        """The Jupyter kernels among ``kids`` and their descendants (not, say, a server another
-        test left behind that starts a process meanwhile)."""
-        out = []
-        for p in kids:
-            try:
-                if any("ipykernel" in part for part in p.cmdline()):
-                    out += [p, *p.children(recursive=True)]
-            except self._psutil.Error:
-                pass
-        return out
-
-    @staticmethod
-    def _is_fork_of_parent(proc) -> bool:
-        """A child caught between fork (or vfork, as subprocess uses) and exec: it still runs its
-        parent's program with the parent's memory (vfork: the very same pages; /proc shows the
-        parent's high-water mark under the child's pid). Counting it would count the kernel twice
-        (seen once in CI: 2.15 GB for a 1.1 GB kernel), so it is skipped until it has exec'd."""
-        parent = proc.parent()
-        return parent is not None and proc.cmdline() == parent.cmdline()
-
-    def _poll(self):
-        while not self._stop.is_set():
-            try:
-                kids = self._me.children(recursive=True)
-                if self.kernels_only:
-                    kids = self._kernel_trees(kids)
-            except self._psutil.Error:
-                kids = []
-            for p in kids:
-                if p.pid in self._before:
-                    continue
-                try:
-                    if p.pid not in self.peaks and self._is_fork_of_parent(p):
-                        continue
-                    self.peaks[p.pid] = max(self.peaks.get(p.pid, 0), self._high_water(p))
-                except self._psutil.Error:
-                    pass
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
-
-
 def test_peak_rss_sees_a_short_peak_of_a_child():
     """The guard itself: a child that holds 300 MiB for a moment, then frees it, is seen."""
     script = "b = bytearray(300 * 2**20); del b; import time; time.sleep(0.3)"
-    with _PeakRSS() as rss:
+    with PeakRSS() as rss:
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert rss.peak >= 300 * 2**20
 
@@ -342,7 +260,7 @@ def test_peak_rss_does_not_count_a_fork_twice():
               "subprocess.run([sys.executable, '-c', 'b = bytearray(100 * 2**20); import time; time.sleep(0.3)'],\n"
               "               check=True)\n"
               "os.waitpid(pid, 0)\n")
-    with _PeakRSS() as rss:
+    with PeakRSS() as rss:
         subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert 400 * 2**20 <= rss.peak < 560 * 2**20, rss.peaks
 
@@ -433,7 +351,7 @@ def _papermill(stem: str, params: dict, out: Path):
 def test_papermill_executes(stem):
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with _PeakRSS(kernels_only=True) as rss:
+    with PeakRSS(kernels_only=True) as rss:
         try:
             _papermill(stem, {"device": "cpu", "scale": "tiny"}, OUT_DIR / f"{stem}.ipynb")
         finally:

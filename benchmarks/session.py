@@ -1,0 +1,164 @@
+"""The learner's-session budgets, measured on this machine (run by hand: `make bench` runs it).
+
+Prints, beside each budget, what this machine measured:
+1. every notebook through papermill at device=cpu, scale=tiny: seconds, the kernel's peak resident
+   memory (the kernel and what it starts, high-water marks from /proc) and its slowest cells;
+2. `python -m nogradlab claims --device cpu --scale tiny`: seconds in all and per claim;
+3. with --make-run: `python -m nogradlab run --device cpu --scale tiny` into a temporary folder.
+
+Budgets (issue 15): a notebook <= 30 s, the papermill pass <= 150 s, claims <= 45 s, run <= 180 s,
+every kernel's peak RSS <= 1.0 GB. They are printed, never asserted in a test: machines differ by
+2-3x in speed. --json FILE writes every figure (with the machine it ran on) for results/.
+
+    python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--json FILE] [--cells 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nogradlab.procmem import PeakRSS  # noqa: E402
+
+BUDGETS = {"notebook_s": 30.0, "papermill_total_s": 150.0, "claims_s": 45.0, "run_s": 180.0,
+           "kernel_peak_rss_bytes": 1.0e9}
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "load_avg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
+
+
+def mark(value, budget) -> str:
+    return "ok  " if value <= budget else "OVER"
+
+
+def run_notebooks(stems, cells: int) -> dict:
+    import nbformat
+    import papermill as pm
+
+    out_dir = Path(tempfile.mkdtemp(prefix="nogradlab-bench-"))
+    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if stems:
+        paths = [p for p in paths if p.stem[:2] in stems or p.stem in stems]
+    rows = {}
+    print(f"\n== 1. notebooks through papermill (device=cpu, scale=tiny); budget {BUDGETS['notebook_s']:.0f} s "
+          f"and {BUDGETS['kernel_peak_rss_bytes'] / 1e9:.1f} GB each")
+    for p in paths:
+        t0 = time.perf_counter()
+        error = None
+        with PeakRSS(kernels_only=True) as rss:
+            try:
+                pm.execute_notebook(str(p), str(out_dir / p.name), parameters={"device": "cpu", "scale": "tiny"},
+                                    kernel_name="python3", cwd=str(p.parent), progress_bar=False, log_output=False)
+            except Exception as e:  # a failing notebook is reported, the others still run
+                error = f"{type(e).__name__}: {str(e)[:200]}"
+        seconds = time.perf_counter() - t0
+        slow = []
+        try:
+            nb = nbformat.read(str(out_dir / p.name), as_version=4)
+            for i, c in enumerate(nb.cells):
+                d = c.get("metadata", {}).get("papermill", {}).get("duration")
+                if c.cell_type == "code" and d is not None:
+                    slow.append((round(float(d), 2), i, c.source.splitlines()[0][:60] if c.source else ""))
+        except Exception:
+            pass
+        slow.sort(reverse=True)
+        rows[p.stem] = {"seconds": round(seconds, 2), "peak_rss_bytes": rss.peak, "error": error,
+                        "slowest_cells": [{"seconds": s, "cell": i, "first_line": t} for s, i, t in slow[:cells]]}
+        print(f"  {mark(seconds, BUDGETS['notebook_s'])} {p.stem:<40} {seconds:6.1f} s   "
+              f"{mark(rss.peak, BUDGETS['kernel_peak_rss_bytes'])} peak RSS {rss.peak / 1e6:6.0f} MB"
+              + (f"   FAILED {error}" if error else ""))
+        for s, i, t in slow[:cells]:
+            print(f"         cell {i:3d} {s:6.2f} s  {t}")
+    total = sum(r["seconds"] for r in rows.values())
+    peak = max((r["peak_rss_bytes"] for r in rows.values()), default=0)
+    if len(rows) == len(sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))):
+        print(f"  {mark(total, BUDGETS['papermill_total_s'])} {'whole pass':<40} {total:6.1f} s   "
+              f"(budget {BUDGETS['papermill_total_s']:.0f} s); highest peak RSS {peak / 1e6:.0f} MB")
+    return {"notebooks": rows, "total_seconds": round(total, 2), "highest_peak_rss_bytes": peak}
+
+
+def run_claims() -> dict:
+    print(f"\n== 2. python -m nogradlab claims --device cpu --scale tiny; budget {BUDGETS['claims_s']:.0f} s")
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "claims.json"
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "nogradlab", "claims", "--device", "cpu", "--scale", "tiny",
+                               "--no-progress", "--json", str(out)], cwd=ROOT, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        per = {}
+        if out.exists():
+            per = {c["id"]: c.get("seconds", 0.0) for c in json.loads(out.read_text())["claims"]}
+    print(f"  {mark(seconds, BUDGETS['claims_s'])} claims (process, import included) {seconds:6.1f} s"
+          + ("" if proc.returncode == 0 else f"   exit {proc.returncode}: {proc.stderr[-300:]}"))
+    for cid, s in sorted(per.items(), key=lambda kv: -kv[1]):
+        if s >= 0.5:
+            print(f"         {cid} {s:6.2f} s")
+    rest = sum(s for s in per.values() if s < 0.5)
+    print(f"         the other {sum(1 for s in per.values() if s < 0.5)} claims together {rest:.2f} s")
+    return {"seconds": round(seconds, 2), "exit": proc.returncode, "per_claim_seconds": per}
+
+
+def run_make_run() -> dict:
+    print(f"\n== 3. python -m nogradlab run --device cpu --scale tiny; budget {BUDGETS['run_s']:.0f} s")
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "nogradlab", "run", "--device", "cpu", "--scale", "tiny",
+                               "--no-progress", "--out", str(Path(d) / "build")], cwd=ROOT, capture_output=True,
+                              text=True)
+        seconds = time.perf_counter() - t0
+    print(f"  {mark(seconds, BUDGETS['run_s'])} run {seconds:6.1f} s" +
+          ("" if proc.returncode == 0 else f"   exit {proc.returncode}: {proc.stderr[-300:]}"))
+    return {"seconds": round(seconds, 2), "exit": proc.returncode}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--notebooks", default="", help="comma-separated notebook numbers or stems (default all)")
+    ap.add_argument("--no-notebooks", action="store_true")
+    ap.add_argument("--no-claims", action="store_true")
+    ap.add_argument("--make-run", action="store_true", help="also time `python -m nogradlab run` (about 3 min)")
+    ap.add_argument("--cells", type=int, default=3, help="slowest cells shown per notebook")
+    ap.add_argument("--json", default=None, metavar="FILE")
+    args = ap.parse_args(argv)
+    m = machine()
+    print(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}, "
+          f"load average at start {m['load_avg_at_start']}")
+    out = {"machine": m, "budgets": BUDGETS}
+    if not args.no_notebooks:
+        out["papermill"] = run_notebooks([s for s in args.notebooks.split(",") if s], args.cells)
+    if not args.no_claims:
+        out["claims"] = run_claims()
+    if args.make_run:
+        out["run"] = run_make_run()
+    if args.json:
+        from nogradlab.outdir import write_text_atomic
+
+        write_text_atomic(Path(args.json).absolute(), json.dumps(out, indent=1))
+        print(f"\nwritten: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
