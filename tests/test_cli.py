@@ -103,7 +103,7 @@ def test_failed_notebook_is_reported_and_earlier_report_kept(tmp_path):
     write_notebook(bad, "03_check_c10", check_cell("C10"))
     proc = subprocess.run([sys.executable, "-m", "nogradlab", "run", "--device", "cpu", "--scale", "tiny",
                            "--notebooks", str(bad), "--out", str(out), "--results", str(tmp_path / "no-results")],
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
                           env={**os.environ, "NOGRADLAB_LEDGER": "", "NOGRADLAB_NOTEBOOK": ""})
     assert proc.returncode == 1, proc.stderr
     assert "build.failed" in proc.stderr and "left as it was" in proc.stderr

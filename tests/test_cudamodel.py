@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 import torch
@@ -148,20 +147,18 @@ def _fits(workload, mode, b, budget, alloc):
 def test_largest_batch_brackets_the_h200_searches():
     """Acceptance, as a bracket: for each real H200 search (24 native, 2 expandable_segments), the
     modelled allocator fits 97 % of the real batch and not 103 %+1, so the estimated largest batch
-    is within 3 % (fits is monotone in the batch). Stops checking after 150 s on a slow machine."""
+    is within 3 % (fits is monotone in the batch). Every case is checked, however long it takes."""
     d = _load("h200-2026-11-30-largest_batch.json")
     cases = d["searches"] + [s for s in d["more_searches"] if s["allocator"] == "expandable_segments"]
-    t0, checked = time.perf_counter(), 0
+    checked = 0
     for s in cases:
-        if time.perf_counter() - t0 > 150:
-            break
         real = s["real_batch"]
         lo, hi = int(real * 0.97) + 1, int(real * 1.03) + 1
         args = (s["workload"], s["mode"])
         assert _fits(*args, lo, s["budget_bytes"], s["allocator"]), (s, lo)
         assert not _fits(*args, hi, s["budget_bytes"], s["allocator"]), (s, hi)
         checked += 1
-    assert checked >= 8
+    assert checked == len(cases) == 26
 
 
 def test_largest_batch_matches_the_resnet50_search_exactly():

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_reference.py"
 
 
-def _run(*args, timeout=180):
+def _run(*args, timeout=900):  # a hang guard, far above any machine's time
     return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout)
 
@@ -71,7 +71,7 @@ def test_measurements_in_gpu_reference_json(rehearsal):
 
 
 def test_bad_claim_id_fails_before_work(tmp_path):
-    p = _run("--device", "cpu", "--scale", "tiny", "--out", str(tmp_path), "--claims", "C99", timeout=60)
+    p = _run("--device", "cpu", "--scale", "tiny", "--out", str(tmp_path), "--claims", "C99")
     assert p.returncode != 0 and "allowed" in p.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -87,7 +87,7 @@ def _partial(tmp_path, name, cid):
 def test_merge_partial_runs_without_measuring(tmp_path):
     a, b = _partial(tmp_path, "a", "C06"), _partial(tmp_path, "b", "C30")
     out = tmp_path / "out"
-    p = _run("--merge", str(a), str(b), "--out", str(out), "--note", "two halves", timeout=120)
+    p = _run("--merge", str(a), str(b), "--out", str(out), "--note", "two halves")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "probes" not in p.stdout  # nothing measured
     folder = next(out.iterdir())

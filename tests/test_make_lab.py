@@ -29,7 +29,7 @@ def test_make_lab_starts_the_server_and_stops(tmp_path):
                             stderr=subprocess.STDOUT, start_new_session=True,
                             env={**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")})
     try:
-        deadline, status = time.time() + 120, None
+        deadline, status = time.time() + 300, None  # a hang guard
         while time.time() < deadline and proc.poll() is None:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=abc", timeout=2) as r:

@@ -2,9 +2,11 @@
 
 Execution happens twice in ``make test``: nbval runs every notebook with its defaults (configured
 in pyproject.toml), and the papermill tests here run every notebook with ``device=cpu``,
-``scale=tiny``, recording each one's time and the kernel's peak resident memory (the whole kernel
-process tree, polled). Limits: 1.5 GB peak RSS per notebook, 180 s for the whole papermill pass.
-A summary table is printed at the end of the session (see conftest.py).
+``scale=tiny``, recording each one's time and the kernel's peak resident memory (the kernel process tree, each
+process's high-water mark). The one limit is memory: RSS_LIMIT per notebook, at least 25 % above the
+highest peak measured (machines differ in speed, not in the bytes a kernel needs). Times are printed
+at the end of the session (see conftest.py) and written to test-artifacts/papermill/times.json, never
+asserted: the time budgets live in `benchmarks/session.py` (`make bench`).
 
 The .ipynb files are the source of truth (edited in JupyterLab); git stores them without outputs
 (nbstripout filter, see .gitattributes). Each executed notebook must write nothing to stderr (no
@@ -32,12 +34,11 @@ NB_DIR = REPO / "notebooks"
 OUT_DIR = REPO / "test-artifacts" / "papermill"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
 STEMS = [p.stem for p in NOTEBOOKS]
-RSS_LIMIT = 1.5e9  # bytes, per notebook (kernel process tree)
-TOTAL_LIMIT = 180.0  # seconds, the whole papermill pass on the test machine's CPU
+RSS_LIMIT = 1.5e9  # bytes, per notebook (kernel process tree); keep it >= 1.25 x the highest measured peak
 BAD_PARAMS_NOTEBOOK = "03_scoping_no_grad"  # its parameters hold batch sizes and repeat counts
 CHECK_RE = re.compile(r"""claims\.check\(\s*["']([CX]\d\d)["']""")
 
-# filled by test_papermill_executes, read by test_papermill_total_time and conftest's summary
+# filled by test_papermill_executes, read by conftest's summary
 RUNS: dict = {}
 
 
@@ -368,17 +369,6 @@ def test_papermill_executes(stem):
         "shorter columns, or format the values, instead of letting pandas truncate them"
     assert rss.peak > 0, "the kernel's memory could not be read"
     assert rss.peak <= RSS_LIMIT, f"{stem}: kernel peak RSS {rss.peak / 1e9:.2f} GB > {RSS_LIMIT / 1e9} GB"
-
-
-def test_papermill_total_time():
-    missing = [s for s in STEMS if s not in RUNS]
-    if missing:
-        pytest.skip(f"the papermill pass did not run every notebook in this session (missing {missing})")
-    total = sum(r["seconds"] for r in RUNS.values())
-    (OUT_DIR / "times.json").write_text(json.dumps({"total_seconds": total, "notebooks": RUNS}, indent=1))
-    assert total <= TOTAL_LIMIT, (f"the papermill pass took {total:.0f} s > {TOTAL_LIMIT:.0f} s on this "
-                                  f"machine; per notebook: "
-                                  + ", ".join(f"{s} {r['seconds']:.0f} s" for s, r in RUNS.items()))
 
 
 @pytest.mark.parametrize("params, words", [
