@@ -123,22 +123,36 @@ def max_trials(n: int) -> int:
     return 1 if n < 1 else int(2 * math.floor(math.log2(n)) + 2)
 
 
-def search(fits, *, max_batch: int = 65536, start: int = 1):
+def search(fits, *, max_batch: int = 65536, start: int = 1, known: "dict | None" = None):
     """The largest ``b`` in ``[1, max_batch]`` with ``fits(b)`` true, assuming that ``fits`` is
     monotone (true up to some batch, false above); 0 when ``fits(1)`` is false.
 
     From ``start`` it steps up (``start+1, start+2, start+4, ...``: plain doubling from 1) while
     batches fit, or down likewise while they do not, then bisects between the last batch that fit
-    and the first that did not. Returns ``(batch, [(b, fits), ...])``.
+    and the first that did not. ``known``: ``{batch: fits}`` already decided (the guess's trials):
+    a step never goes past the nearest known batch on its side, so those bounds are not probed
+    again. Returns ``(batch, [(b, fits), ...])`` (the new trials only).
     """
     max_batch = _check_positive_int(max_batch, "max_batch")
     start = min(max(_check_positive_int(start, "start"), 1), max_batch)
+    known = dict(known or {})
     trials = []
 
     def probe(b):
+        if b in known:
+            return known[b]
         ok = bool(fits(b))
         trials.append((b, ok))
+        known[b] = ok
         return ok
+
+    def nearest_fail_above(b):
+        above = [k for k, ok in known.items() if not ok and k > b]
+        return min(above) if above else None
+
+    def nearest_fit_below(b):
+        below = [k for k, ok in known.items() if ok and k < b]
+        return max(below) if below else None
 
     step = 1
     if probe(start):
@@ -147,7 +161,10 @@ def search(fits, *, max_batch: int = 65536, start: int = 1):
             if lo == max_batch:
                 return lo, trials
             b = min(lo + step, max_batch)
-            if probe(b):
+            bound = nearest_fail_above(lo)
+            if bound is not None and b >= bound:
+                hi = bound
+            elif probe(b):
                 lo, step = b, step * 2
             else:
                 hi = b
@@ -157,7 +174,10 @@ def search(fits, *, max_batch: int = 65536, start: int = 1):
             if hi == 1:
                 return 0, trials
             b = max(hi - step, 1)
-            if probe(b):
+            bound = nearest_fit_below(hi)
+            if bound is not None and b <= bound:
+                lo = bound
+            elif probe(b):
                 lo = b
             else:
                 hi, step = b, step * 2
@@ -181,20 +201,83 @@ def _guess(probe, budget: int, max_batch: int, second: int = 2, rounds: int = 3)
     (2, or a hint near the answer), refined up to ``rounds`` times through the last two measured
     batches (memory is close to affine in the batch, but at small batches a training step peaks at
     the optimizer step instead: the refinements fix that). Every probe is one of the trials."""
-    ok, n0 = probe(1)
+    ok, n0 = probe(1)[:2]
     if not ok or max_batch == 1:
         return 1
     b0, b1 = 1, min(max(int(second), 2), max_batch)
-    _, n1 = probe(b1)
+    n1 = probe(b1)[1]
     for _ in range(rounds):
         if n0 is None or n1 is None or b1 == b0 or (n1 - n0) * (b1 - b0) <= 0:
             break  # an OOM (no bytes) or memory that does not grow: search from here
         g = int(min(max(b1 + (budget - n1) * (b1 - b0) // (n1 - n0), 1), max_batch))
         if g == b1:
             break
-        _, n = probe(g)
+        n = probe(g)[1]
         b0, n0, b1, n1 = b1, n1, g, n
     return b1
+
+
+def _secant(pts: dict, idx: int, a: int, b: int, budget: int, max_batch: int) -> "int | None":
+    """The batch where quantity ``pts[.][idx]`` reaches ``budget`` on the line through batches
+    ``a`` and ``b``; None where the line does not rise (or a value is missing)."""
+    ya, yb = pts[a][idx], pts[b][idx]
+    if ya is None or yb is None or a == b or (yb - ya) * (b - a) <= 0:
+        return None
+    return int(min(max(b + (budget - yb) * (b - a) // (yb - ya), 1), max_batch))
+
+
+def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: int = 2) -> "int | None":
+    """The estimate's search on a (virtual) CUDA device, where ``probe(b)`` gives ``(fits, reserved
+    bytes without a cap, allocated peak)``: two lines bracket the answer.
+
+    * Allocated bytes grow with the batch and are what the cap must hold: where the allocated peak
+      passes the budget nothing fits (an upper end). Its secant from batches 1 and ``second``,
+      refined once through the batch it proposed.
+    * Reserved bytes without a cap: a batch that reserves no more than the budget never meets the cap
+      and fits (a lower end). Reserved bytes come in whole segments (2 and 20 MiB) and are flat, or
+      even fall, between batches 1 and 2, so their secant runs through the large batches above.
+
+    The answer lies between, at the lower end for an inference forward (nothing cached to give
+    back: ResNet-50's no_grad forward under 12 GiB fits 905, reserving 12.88 GB of 12.88) and near the
+    upper end for a training step (the allocator frees cached blocks and retries before it fails:
+    144 fits, reserving 15.1 GB uncapped). So the bracket is closed from both ends at once, by steps
+    that double (1, 2, 4, ...) from each end, bisecting once they pass the middle. Exact for any
+    monotone ``fits``: the lines only choose the trials. Returns None where the lines give no
+    bracket (the caller then searches by doubling)."""
+    pts = {1: probe(1)}
+    if not pts[1][0] or max_batch == 1:
+        return None
+    b2 = min(max(int(second), 2), max_batch)
+    pts[b2] = probe(b2)
+    g = _secant(pts, 2, 1, b2, budget, max_batch)
+    if g is None:
+        return None
+    pts[g] = probe(g)
+    g2 = _secant(pts, 2, b2, g, budget, max_batch)
+    if g2 is not None and g2 not in pts:
+        pts[g2] = probe(g2)
+        g = g2
+    low = _secant(pts, 1, b2, g, budget, max_batch)
+    if low is not None and low not in pts:
+        pts[low] = probe(low)
+    lo = max((b for b, ok in known.items() if ok), default=None)
+    hi = min((b for b, ok in known.items() if not ok), default=None)
+    if lo is None or hi is None or hi <= lo:
+        return None
+    steps, turn = [1, 1], 0
+    while hi - lo > 1:
+        if min(steps) * 2 > hi - lo:
+            b = (lo + hi) // 2
+        elif turn == 0:
+            b, steps[0] = min(lo + steps[0], hi - 1), steps[0] * 2
+        else:
+            b, steps[1] = max(hi - steps[1], lo + 1), steps[1] * 2
+        turn ^= 1
+        if fits(b):
+            lo = b
+        else:
+            hi = b
+    return lo
 
 
 @contextlib.contextmanager
@@ -241,13 +324,13 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
 @functools.lru_cache(maxsize=4096)
 def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str,
                   held: int, budget: int) -> tuple:
-    """(fits, modelled reserved peak without a cap, notes): the step's trace replayed through the
-    caching allocator's model under a cap of ``budget`` reserved bytes."""
+    """(fits, modelled reserved peak without a cap, total allocated peak, notes): the step's trace
+    replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from . import allocator as _alloc
 
     r = _estimate(workload, scale, mode, batch, dev, allocator, held)
     sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
-    return not sim.oom, int(r.reserved_bytes), tuple(r.notes)
+    return not sim.oom, int(r.reserved_bytes), int(r.total_peak_bytes), tuple(r.notes)
 
 
 def _process_allocator() -> str:
@@ -380,7 +463,7 @@ def _recorded(probe, on_trial=None):
         if batch not in seen:
             seen[batch] = probe(batch)
             if on_trial is not None:
-                on_trial(batch, *seen[batch])
+                on_trial(batch, *seen[batch][:2])
         return seen[batch]
 
     return wrapped
@@ -389,9 +472,20 @@ def _recorded(probe, on_trial=None):
 def _find(probe, budget: int, max_batch: int, start, hint=None) -> int:
     """The search over ``probe(batch) -> (fits, bytes)``, from ``start`` or (``"auto"``) from the
     secant guess through batch 1 and ``hint`` (default 2)."""
+    known = {}
+
+    def fits(b):
+        ok = bool(probe(b)[0])
+        known[b] = ok
+        return ok
+
     if start == "auto":
-        start = _guess(probe, budget, max_batch, hint or 2)
-    found, _ = search(lambda b: probe(b)[0], max_batch=max_batch, start=start)
+        if len(probe(1)) > 2 and probe(1)[0]:  # (fits, reserved, allocated): an estimate on CUDA
+            found = _bracketed(lambda b: (fits(b), *probe(b)[1:]), fits, known, budget, max_batch, hint or 2)
+            if found is not None:
+                return found
+        start = _guess(lambda b: (fits(b), *probe(b)[1:]), budget, max_batch, hint or 2)
+    found, _ = search(fits, max_batch=max_batch, start=start, known=known)
     return found
 
 
@@ -515,13 +609,13 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
 
                 def estimated(b):
                     if cuda:
-                        ok, n, est_notes = _modelled_fit(wl.name, scale, mode, b, dev, allocator,
-                                                         held_bytes, budget_bytes)
+                        ok, n, allocated, est_notes = _modelled_fit(wl.name, scale, mode, b, dev, allocator,
+                                                                    held_bytes, budget_bytes)
                     else:
                         n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev)
-                        ok = n <= budget_bytes
+                        ok, allocated = n <= budget_bytes, None
                     notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
-                    return ok, n
+                    return (ok, n, allocated) if cuda else (ok, n)
 
                 result.batch = _find(_recorded(estimated, record), budget_bytes, max_batch, start,
                                      hint)
