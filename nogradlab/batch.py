@@ -240,8 +240,8 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
     The answer lies between, at the lower end for an inference forward (nothing cached to give
     back: ResNet-50's no_grad forward under 12 GiB fits 905, reserving 12.88 GB of 12.88) and near the
     upper end for a training step (the allocator frees cached blocks and retries before it fails:
-    144 fits, reserving 15.1 GB uncapped). So the bracket is closed from both ends at once, by steps
-    that double (1, 2, 4, ...) from each end, bisecting once they pass the middle. Exact for any
+    144 fits, reserving 15.1 GB uncapped). So the bracket is closed from both ends at once, by two
+    steps from each end (1, then 2), then by bisection. Exact for any
     monotone ``fits``: the lines only choose the trials. Returns None where the lines give no
     bracket (the caller then searches by doubling)."""
     pts = {1: probe(1)}
@@ -266,7 +266,7 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
         return None
     steps, turn = [1, 1], 0
     while hi - lo > 1:
-        if min(steps) * 2 > hi - lo:
+        if min(steps) * 2 > hi - lo or min(steps) > 2:  # two steps from each end, then bisect
             b = (lo + hi) // 2
         elif turn == 0:
             b, steps[0] = min(lo + steps[0], hi - 1), steps[0] * 2
@@ -278,6 +278,12 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
         else:
             hi = b
     return lo
+
+
+def _fastpath_enabled():
+    """The transformer fast path's switch (``torch.backends.mha``), or None where torch has none."""
+    mha = getattr(torch.backends, "mha", None)
+    return mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
 
 
 @contextlib.contextmanager
@@ -301,19 +307,21 @@ def frozen_gc():
 
 
 @functools.lru_cache(maxsize=4096)
-def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str) -> tuple:
+def _estimated_bytes(workload: str, scale: str, mode: str, batch: int, dev: str, fast=None) -> tuple:
     """(total estimated peak: weights, inputs and everything the step allocates; the estimate's
     notes). Estimates are deterministic, so they are cached."""
-    r = _estimate(workload, scale, mode, batch, dev, "native", 0)
+    r = _estimate(workload, scale, mode, batch, dev, "native", 0, fast)
     return int(r.total_peak_bytes), tuple(r.notes)
 
 
 @functools.lru_cache(maxsize=4)
-def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int):
+def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int,
+              fast=None):
     """The ``memory.estimate`` report of one step (with its allocation trace on CUDA); the last few
     are cached, for the byte count and the allocator's replay of the same trial (a trace of a
     full-size model holds tens of thousands of events: a larger cache costs a learner's kernel
-    hundreds of MB)."""
+    hundreds of MB). ``fast``: the transformer fast path's switch when asked, part of the key only
+    (the trace with the fast path on differs, and C20 estimates with it off)."""
     if mode == "train":
         return _memory.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,
                                 held_bytes=held)
@@ -323,12 +331,12 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
 
 @functools.lru_cache(maxsize=4096)
 def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str,
-                  held: int, budget: int) -> tuple:
+                  held: int, budget: int, fast=None) -> tuple:
     """(fits, modelled reserved peak without a cap, total allocated peak, notes): the step's trace
     replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from . import allocator as _alloc
 
-    r = _estimate(workload, scale, mode, batch, dev, allocator, held)
+    r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
     sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
     return not sim.oom, int(r.reserved_bytes), int(r.total_peak_bytes), tuple(r.notes)
 
@@ -607,12 +615,14 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                                  f"through the caching allocator's model ({allocator}) under a cap "
                                  f"of {_memory.format_bytes(budget_bytes)} reserved")
 
+                fast = _fastpath_enabled()  # part of every cache key: a trace with the fast path differs
+
                 def estimated(b):
                     if cuda:
                         ok, n, allocated, est_notes = _modelled_fit(wl.name, scale, mode, b, dev, allocator,
-                                                                    held_bytes, budget_bytes)
+                                                                    held_bytes, budget_bytes, fast)
                     else:
-                        n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev)
+                        n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev, fast)
                         ok, allocated = n <= budget_bytes, None
                     notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
                     return (ok, n, allocated) if cuda else (ok, n)

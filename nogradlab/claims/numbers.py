@@ -1050,26 +1050,6 @@ def c21(ctx):
 # C20: the table
 
 
-def _start_guess(name: str, setting: str, batch: int) -> int:
-    """Where the largest-batch search starts: a line through the estimated totals at batch 1 and
-    ``batch`` gives a first guess, a secant through ``batch`` and that guess a second; the search
-    (:func:`nogradlab.batch.largest_batch`) then finds the exact batch from there in a few trials."""
-    def line(b1, m1, b2, m2):
-        if b2 == b1 or m2 <= m1:
-            return None
-        return int(min(max(b1 + (ARTICLE_GPU_BYTES - m1) * (b2 - b1) // (m2 - m1), 1), 2 ** 22))
-
-    def total(b):
-        return estimate_row(name, b, setting)["total_peak_bytes"]
-
-    guess = line(1, total(1), batch, total(batch)) if batch > 1 else None
-    if guess is None:
-        return 1
-    if guess != batch:
-        guess = line(batch, total(batch), guess, total(guess)) or guess
-    return guess
-
-
 def _train_step_timing(ctx, name, batch) -> "timing.Timing":
     """A training step (forward, loss, backward, SGD step) of (workload, scale, batch, device): its
     own quantity, measured once per run like the forward conditions."""
@@ -1147,8 +1127,7 @@ def c20(ctx):
             with accounting():
                 for mode in ("train", "eval+no_grad"):
                     r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
-                                             method="estimate", max_batch=2 ** 22,
-                                             start=_start_guess(name, mode, full_b))
+                                             method="estimate", max_batch=2 ** 22)
                     batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
                                      "notes": r.notes}
             if batches["train"]["batch"] > 0:
