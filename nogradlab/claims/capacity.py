@@ -153,13 +153,14 @@ def c04(ctx):
     budgets, and the CPU's own answer at tiny scale checked against real runs.
 
     Knobs: ``workloads`` (GPU part; default ``mlp, unet`` for a quick CPU run, all four
-    elsewhere), ``budgets_gib`` (12, 16), ``cpu_workload`` ("mlp" on a quick CPU run, else "unet"),
-    ``cpu_budget_mib`` (4 for the MLP, else 32),
+    elsewhere), ``budgets_gib`` ((12,) on a quick CPU run, a learner's notebook: a second budget
+    only repeats the direction at another size; (12, 16) elsewhere), ``cpu_workload`` ("mlp" on a
+    quick CPU run, else "unet"), ``cpu_budget_mib`` (4 for the MLP, else 32),
     ``compare_estimate`` (on a GPU, also run the estimate beside each real search; default True),
     ``real_search`` ("one"; see the module docstring).
     """
     names = list(ctx.params.get("workloads", ("mlp", "unet") if _quick(ctx) else workloads.names()))
-    budgets = [float(b) for b in ctx.params.get("budgets_gib", (12, 16))]
+    budgets = [float(b) for b in ctx.params.get("budgets_gib", (12,) if _quick(ctx) else (12, 16))]
     cpu_name = ctx.params.get("cpu_workload", "mlp" if _quick(ctx) else "unet")
     cpu_budget = int(float(ctx.params.get("cpu_budget_mib", 4 if cpu_name == "mlp" else 32)) * MiB)
     for n in names + [cpu_name]:
