@@ -10,7 +10,8 @@ for ``memory.estimate`` and ``batch.largest_batch``.
 
 ``model``: a zero-argument builder (best: it is called inside ``FakeTensorMode`` and
 ``torch.device(...)``, so the weights are built fake and nothing is allocated: a 7-billion-parameter
-model can be sized on a laptop) or a built ``nn.Module`` (copied with fake weights of the same shapes,
+model can be sized on a laptop; while it builds, a value read from a tensor reads 0, so initialisers
+that sample until a condition holds stop at once) or a built ``nn.Module`` (copied with fake weights of the same shapes,
 strides and dtypes for each estimate; the module itself is never changed, and one built on the
 ``"meta"`` device costs no memory either). A built module may hold plain tensor attributes besides its
 parameters and buffers; they are copied fake as well.
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 __all__ = ["Model", "resolve", "parse_shape", "parse_dtype", "DTYPES", "model_tensors"]
@@ -99,6 +101,18 @@ def _fake_copy(module: nn.Module, device) -> nn.Module:
             if isinstance(v, torch.Tensor) and id(v) not in memo:
                 memo[id(v)] = new(v)
     return copy.deepcopy(module, memo)
+
+
+class _ValuesReadAsZero(TorchDispatchMode):
+    """While a builder runs on fake tensors: a value read from a tensor (``.item()``, ``bool()``)
+    reads 0. Weight initialisers that sample until a condition holds (``nn.init.trunc_normal_``'s
+    ``if not mask.any()``) then stop at once; the weights' values never matter to memory."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            t = args[0]
+            return False if t.dtype == torch.bool else (0.0 if t.is_floating_point() else 0)
+        return func(*args, **(kwargs or {}))
 
 
 def _in_fake_mode() -> bool:
@@ -171,7 +185,8 @@ class Model:
                 return m.to(dtype) if dtype is not None else m
             m = copy.deepcopy(self.model).to(device)
             return m.to(dtype) if dtype is not None else m
-        with torch.device(device), _default_dtype(dtype):
+        values = _ValuesReadAsZero() if _in_fake_mode() else contextlib.nullcontext()
+        with torch.device(device), _default_dtype(dtype), values:
             m = self.model()
         if not isinstance(m, nn.Module):
             raise TypeError(f"the builder {self.name} returned {type(m).__name__}, not an nn.Module")

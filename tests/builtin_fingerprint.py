@@ -27,9 +27,12 @@ SEARCHES = [("mlp", "cuda", "eval+no_grad", 256 << 20), ("unet", "cpu", "train",
             ("transformer_base", "cuda", "train", 512 << 20)]
 
 
-def fingerprint() -> dict:
+def fingerprint(only: "str | None" = None) -> dict:
+    """The numbers of every built-in workload, or of workload ``only``."""
     out = {"torch": torch.__version__.split("+")[0], "estimates": {}, "searches": {}}
     for name in workloads.names():
+        if only is not None and name != only:
+            continue
         for dev, mode, kw in CASES:
             kw = dict(kw)
             if mode is None:
@@ -38,6 +41,8 @@ def fingerprint() -> dict:
             key = f"{name} {dev} {mode or 'train'} {json.dumps(kw, sort_keys=True)}"
             out["estimates"][key] = {f: getattr(r, f) for f in FIELDS}
     for name, dev, mode, budget in SEARCHES:
+        if only is not None and name != only:
+            continue
         r = batch.largest_batch(name, mode, budget, dev, scale="tiny")
         out["searches"][f"{name} {dev} {mode} {budget}"] = {"batch": r.batch, "at_limit": r.at_limit}
     return out
