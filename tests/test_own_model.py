@@ -243,3 +243,61 @@ def test_an_op_without_a_fake_kernel_gets_an_error_naming_it():
     with pytest.raises(memory.NotEstimable, match="no fake") as e:
         memory.estimate(Custom, 2, "cpu", "no_grad", inputs=(4,))
     assert "nogradlab_test.twice" in str(e.value) and "register_fake" in str(e.value)
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+def small_cnn():
+    """A factory for the command's tests (MODULE:FACTORY = test_own_model:small_cnn)."""
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["torchvision.models:resnet101", "--input", "3x224"], None),  # fine: only the rest is bad below
+    (["torchvision.models:nope", "--input", "3x8x8"], "has no 'nope'"),
+    (["no_such_module_xyz:f", "--input", "3x8x8"], "cannot import"),
+    (["resnet101", "--input", "3x8x8"], "MODULE:FACTORY"),
+    (["test_own_model:small_cnn", "--input", "3x-8"], "joined by 'x'"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "24 parsecs"], "units"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--modes", "grad,fast"], "allowed: grad, no_grad"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--allocator", "slab"], "allowed: native"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--dtype", "float8"], "allowed: float32"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--batch", "0"], "positive"),
+])
+def test_estimate_command_refuses_bad_input_before_any_work(argv, words, capsys, monkeypatch):
+    from nogradlab.__main__ import main
+
+    if words is None:
+        argv = argv + ["--gpu", "0GiB"]
+        words = "positive"
+    monkeypatch.setattr(memory, "estimate", _never)
+    assert main(["estimate", *argv, "--no-progress"]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_estimate_command_writes_json_and_never_overwrites_a_foreign_file(tmp_path, capsys):
+    from nogradlab.__main__ import main
+
+    out = tmp_path / "est.json"
+    argv = ["estimate", "test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "128MiB", "--batch", "2",
+            "--modes", "grad,no_grad,train", "--no-progress", "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert set(doc["modes"]) == {"grad", "no_grad", "train"}
+    for m, e in doc["modes"].items():
+        assert set(e) >= {"allocated_peak_bytes", "reserved_peak_bytes", "largest_batch", "at_limit"}
+        assert e["reserved_peak_bytes"] >= e["allocated_peak_bytes"] > 0 and e["at_limit"] is False
+        want = batch.largest_batch(small_cnn, e["setting"], 128 << 20, "cuda", inputs=(3, 8, 8))
+        assert e["largest_batch"] == want.batch > 0
+    est = memory.estimate(small_cnn, 2, "cuda", "eval+no_grad", inputs=(3, 8, 8))
+    assert doc["modes"]["no_grad"]["reserved_peak_bytes"] == est.reserved_bytes
+    f = doc["no_grad_factor"]
+    assert f["over_grad"] == round(doc["modes"]["no_grad"]["largest_batch"] / doc["modes"]["grad"]["largest_batch"], 3)
+    assert f"no_grad fits {f['over_grad']:.2f}x the batch of grad" in printed
+    assert main(argv) == 0  # its own earlier file may be replaced
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"meta": {}, "modes": {}}')
+    assert main(argv[:-1] + [str(mine)]) == 2
+    assert "not a JSON file of estimate --json written by nogradlab" in capsys.readouterr().err
+    assert mine.read_text() == '{"meta": {}, "modes": {}}'
