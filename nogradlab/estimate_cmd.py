@@ -98,10 +98,12 @@ def check(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,infere
         raise ValueError(f"--batch must be a positive integer, got {batch!r}")
     build = load_factory(model)
     if dt.is_floating_point:  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
+        from .workloads import _default_dtype
+
         factory = build
 
         def build():
-            with ownmodel._default_dtype(dt):
+            with _default_dtype(dt):
                 return factory()
         build.__qualname__ = factory.__qualname__
     return Request(model=model, build=build, shape=shape, dtype=dt, budget=budget,

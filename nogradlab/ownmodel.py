@@ -121,19 +121,6 @@ def _in_fake_mode() -> bool:
     return detect_fake_mode() is not None
 
 
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    if dtype is None:
-        yield
-        return
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def model_tensors(x) -> list:
     """The tensors in an input, target or output structure (tensor, tuple, list, dict)."""
     return [t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor)]
@@ -185,6 +172,8 @@ class Model:
                 return m.to(dtype) if dtype is not None else m
             m = copy.deepcopy(self.model).to(device)
             return m.to(dtype) if dtype is not None else m
+        from .workloads import _default_dtype
+
         values = _ValuesReadAsZero() if _in_fake_mode() else contextlib.nullcontext()
         with torch.device(device), _default_dtype(dtype), values:
             m = self.model()

@@ -23,13 +23,14 @@ class TinyDecoder(nn.Module):
     embeddings, causal self-attention (the layer's cross-attention reads the embedded sequence
     itself, causally masked too: there is no encoder), a vocabulary head."""
 
-    def __init__(self, vocab=97, d=32, heads=4, layers=2, seq=16):
+    def __init__(self, vocab=97, d=32, heads=4, layers=2, seq=16, ffn=None, dropout=0.1, bias=True):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Parameter(torch.zeros(1, seq, d))
-        self.layers = nn.ModuleList(nn.TransformerDecoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
+        self.layers = nn.ModuleList(nn.TransformerDecoderLayer(d, heads, ffn or 4 * d, dropout=dropout,
+                                                               batch_first=True)
                                     for _ in range(layers))
-        self.head = nn.Linear(d, vocab)
+        self.head = nn.Linear(d, vocab, bias=bias)
 
     def forward(self, ids):
         t = ids.shape[1]
