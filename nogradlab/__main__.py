@@ -1,7 +1,11 @@
-"""Command line: ``python -m nogradlab run`` (the executable article) and ``python -m nogradlab claims``.
+"""Command line: ``python -m nogradlab run`` (the executable article), ``python -m nogradlab claims`` and
+``python -m nogradlab estimate`` (your own model's GPU memory, without a GPU).
 
     python -m nogradlab run    [--device auto] [--scale auto] [--out build] [--notebooks DIR] [--results DIR]
     python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0]
+    python -m nogradlab estimate MODULE:FACTORY --input 3x224x224 [--dtype float32] --gpu 24GiB
+                       [--modes grad,no_grad,inference_mode,train] [--allocator native|expandable_segments]
+                       [--batch N] [--json FILE]
 
 ``run`` executes every notebook (notebooks/NN_*.ipynb) with papermill and writes ``<out>/report.html``,
 ``<out>/claims.json`` and the executed notebooks with their HTML; ``claims`` runs the claim checks
@@ -22,7 +26,7 @@ __all__ = ["main", "parser"]
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m nogradlab",
                                 description="What torch.no_grad really does: the article's claims, measured.")
-    sub = p.add_subparsers(dest="cmd", required=True, metavar="{run,claims}")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{run,claims,estimate}")
 
     def common(sp):
         sp.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
@@ -43,6 +47,21 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     c.add_argument("--results", default=None,
                    help="show reference runs from this folder beside the verdicts (default: none)")
+    e = sub.add_parser("estimate", help="your own model: GPU memory per mode, the largest batch and the "
+                                        "no_grad factor, on a virtual CUDA device (no GPU needed)")
+    e.add_argument("model", metavar="MODULE:FACTORY",
+                   help="an importable callable returning an nn.Module, e.g. torchvision.models:resnet101 "
+                        "(called with weights=None when it takes that keyword)")
+    e.add_argument("--input", required=True, help="one sample's shape, e.g. 3x224x224")
+    e.add_argument("--dtype", default="float32",
+                   help="the inputs' dtype (a floating dtype is the model's too; default float32)")
+    e.add_argument("--gpu", default="24GiB", help="the memory budget, e.g. 24GiB or 80GB (default 24GiB)")
+    e.add_argument("--modes", default="grad,no_grad,inference_mode,train",
+                   help="comma-separated: grad, no_grad, inference_mode, train (default all four)")
+    e.add_argument("--allocator", default="native", help="native or expandable_segments (default native)")
+    e.add_argument("--batch", type=int, default=1, help="the batch of the peaks shown (default 1)")
+    e.add_argument("--json", default=None, metavar="FILE", help="also write the results here")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -50,6 +69,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
+    if args.cmd == "estimate":
+        return _estimate(args, command)
     from . import device as _device
     from . import outdir, report, runner, workloads
 
@@ -106,6 +127,43 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _estimate(args, command: str) -> int:
+    from . import estimate_cmd, outdir
+
+    try:  # bad input fails here, before any work, naming what is allowed
+        req = estimate_cmd.check(args.model, args.input, args.dtype, args.gpu, args.modes, args.allocator,
+                                 args.batch)
+        if args.json:
+            outdir.check_file_target(args.json, "JSON file of estimate --json", ours=estimate_cmd.is_estimate_doc)
+    except (ValueError, outdir.OutputError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        doc = estimate_cmd.run(req, progress=not args.no_progress, command=command)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a model that cannot be estimated: say why, no traceback
+        from .memory import NotEstimable
+
+        if not isinstance(e, NotEstimable):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(estimate_cmd.text(doc))
+    if args.json:
+        import json
+
+        try:
+            outdir.check_file_target(args.json, "JSON file of estimate --json", ours=estimate_cmd.is_estimate_doc)
+            outdir.write_text_atomic(Path(args.json).absolute(), json.dumps(doc, indent=1) + "\n")
+        except (OSError, outdir.OutputError) as e:
+            print(f"error: could not write {args.json}: {e}", file=sys.stderr)
+            return 1
+        print(f"estimate JSON: {Path(args.json).resolve()}")
+    return 0
 
 
 if __name__ == "__main__":

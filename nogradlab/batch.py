@@ -52,6 +52,7 @@ import torch
 
 from . import device as _device
 from . import memory as _memory
+from . import ownmodel as _ownmodel
 from . import workloads as _workloads
 
 __all__ = ["MODES", "METHODS", "BatchResult", "largest_batch", "largest_batches", "search",
@@ -94,7 +95,7 @@ class BatchResult:
     @property
     def at_limit(self) -> bool:
         """True when every batch up to ``max_batch`` fitted (the real limit may be larger)."""
-        return any("max_batch" in n for n in self.notes)
+        return any(n.startswith(_AT_LIMIT) for n in self.notes)
 
     def bytes_at(self, batch: int) -> "int | None":
         for b, _, n in self.trials:
@@ -109,9 +110,14 @@ class BatchResult:
 
     def __str__(self) -> str:
         alloc = f", {self.allocator} allocator" if self.allocator else ""
-        return (f"{self.workload} ({self.scale}) {self.mode}: largest batch {self.batch} under "
+        scale = f" ({self.scale})" if self.scale else ""
+        limit = " (AT THE SEARCH LIMIT max_batch: the real largest batch may be larger)" if self.at_limit else ""
+        return (f"{self.workload}{scale} {self.mode}: largest batch {self.batch}{limit} under "
                 f"{_memory.format_bytes(self.budget_bytes)} on {self.device} [{self.method}{alloc}, "
                 f"{len(self.trials)} trials, {self.seconds:.1f} s]")
+
+
+_AT_LIMIT = "every batch up to max_batch="  # the note of a search capped by max_batch
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,6 +347,12 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
     return not sim.oom, int(r.reserved_bytes), int(r.total_peak_bytes), tuple(r.notes)
 
 
+def _forget_estimates() -> None:
+    """Empty the estimate caches (after a search of your own model, whose object they hold)."""
+    for cached in (_estimated_bytes, _estimate, _modelled_fit):
+        cached.cache_clear()
+
+
 def _process_allocator() -> str:
     """The caching allocator's mode of this process (``PYTORCH_CUDA_ALLOC_CONF``, or its newer
     name ``PYTORCH_ALLOC_CONF``)."""
@@ -355,6 +367,7 @@ def _real_runner(wl, mode: str, dev: torch.device):
     """``run(batch) -> peak bytes`` of one real step on ``dev`` (the model is built once, here),
     and ``reset()``, which drops what a failed step may have left behind (gradients)."""
     from . import modes
+    from .ownmodel import forward
 
     model = wl.build(dev)
 
@@ -367,7 +380,7 @@ def _real_runner(wl, mode: str, dev: torch.device):
             _memory.train_step(model, x, target, wl.loss, opt)
         else:
             with modes.setting(_SETTINGS[mode], model=model, device=dev):
-                out = model(x)  # noqa: F841 - alive until the peak is read
+                out = forward(model, x)  # noqa: F841 - alive until the peak is read
         _device.synchronize(dev)
         return torch.cuda.max_memory_allocated(dev)
 
@@ -512,7 +525,7 @@ def search_on_cuda(run, budget_bytes: int, device, *, max_batch: int = 65536, st
 
 
 def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, start,
-              allocator=None, held_bytes=0):
+              allocator=None, held_bytes=0, inputs=None):
     """Check every argument before any work; return (Workload, device string, is_virtual, method)."""
     if allocator is not None and allocator not in _memory.ALLOCATORS:
         raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(_memory.ALLOCATORS)}")
@@ -528,7 +541,7 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     _check_positive_int(max_batch, "max_batch")
     if start != "auto":
         _check_positive_int(start, "start (or 'auto')")
-    wl = _workloads.get(workload, scale)
+    wl = _ownmodel.resolve(workload, scale, inputs)
     name = device.strip().lower() if isinstance(device, str) else str(device)
     virtual = name.startswith("cuda") and not torch.cuda.is_available()
     if virtual:
@@ -563,9 +576,13 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
 def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, scale: str = "full",
                   method: str = "auto", max_batch: int = 65536, progress: bool = False,
                   start="auto", hint: "int | None" = None, allocator: "str | None" = None,
-                  held_bytes: int = 0) -> BatchResult:
+                  held_bytes: int = 0, inputs=None) -> BatchResult:
     """The largest batch of ``workload`` (at ``scale``) whose step in ``mode`` fits in
     ``budget_bytes`` on ``device`` (see the module docstring for modes and methods).
+
+    ``workload``: a built-in workload's name, or your own model (an ``nn.Module`` or a function
+    that builds one, with ``inputs``; or a ``nogradlab.ownmodel.Model``), as ``memory.estimate``
+    takes them; ``scale`` is then ignored. A real search on a GPU runs a copy of a given module.
 
     ``allocator``: the CUDA caching allocator's mode an estimate models, ``"native"`` (the default)
     or ``"expandable_segments"``; a real search runs with the process's own (naming another is an
@@ -578,7 +595,10 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     these only change the number of trials. ``progress`` shows a bar of trials.
     """
     wl, dev, virtual, method = _validate(workload, mode, budget_bytes, device, scale, method,
-                                         max_batch, start, allocator, held_bytes)
+                                         max_batch, start, allocator, held_bytes, inputs)
+    own = isinstance(wl, _ownmodel.Model)
+    key = wl if own else wl.name  # the estimate caches key on the model object itself
+    scale = "" if own else scale
     cuda = dev.startswith("cuda")
     if cuda:
         allocator = allocator or ("native" if method == "estimate" else _process_allocator())
@@ -619,10 +639,10 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
 
                 def estimated(b):
                     if cuda:
-                        ok, n, allocated, est_notes = _modelled_fit(wl.name, scale, mode, b, dev, allocator,
+                        ok, n, allocated, est_notes = _modelled_fit(key, scale, mode, b, dev, allocator,
                                                                     held_bytes, budget_bytes, fast)
                     else:
-                        n, est_notes = _estimated_bytes(wl.name, scale, mode, b, dev, fast)
+                        n, est_notes = _estimated_bytes(key, scale, mode, b, dev, fast)
                         ok, allocated = n <= budget_bytes, None
                     notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
                     return (ok, n, allocated) if cuda else (ok, n)
@@ -635,8 +655,10 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     finally:
         if bar is not None:
             bar.close()
+        if own:  # the caches would keep your model (and its weights) alive
+            _forget_estimates()
     if result.batch == max_batch:
-        notes.append(f"every batch up to max_batch={max_batch} fitted; the limit may be larger")
+        notes.append(f"{_AT_LIMIT}{max_batch} fitted; the limit may be larger")
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
 
@@ -678,5 +700,6 @@ def largest_batches(workload: str, budget_bytes: int, device="cpu", *, modes=MOD
     for m in modes:
         _validate(workload, m, budget_bytes, device, kwargs.get("scale", "full"),
                   kwargs.get("method", "auto"), kwargs.get("max_batch", 65536),
-                  kwargs.get("start", "auto"), kwargs.get("allocator"), kwargs.get("held_bytes", 0))
+                  kwargs.get("start", "auto"), kwargs.get("allocator"), kwargs.get("held_bytes", 0),
+                  kwargs.get("inputs"))
     return {m: largest_batch(workload, m, budget_bytes, device, **kwargs) for m in modes}

@@ -433,6 +433,8 @@ class _KernelModel(TorchDispatchMode):
                     st.unmatched.add(key or name)
             else:
                 st.matched[conv] = st.matched.get(conv, 0) + 1
+                if str(batch) not in _workspace_table()["ops"][key]:
+                    st.interpolated.add(key)
                 if ws > 0:
                     # cuDNN tries its plans in turn: when the first plan's workspace cannot be had
                     # (the allocator has released its cache by then), the plans seen next on the
@@ -458,6 +460,7 @@ class _State:
     matched: dict = field(default_factory=dict)  # is a convolution -> calls given a workspace
     thread: int = 0
     unmatched: set = field(default_factory=set)
+    interpolated: set = field(default_factory=set)  # signatures measured, but not at this batch
 
 
 @contextlib.contextmanager
@@ -524,9 +527,35 @@ class kernel_model:
                    f"{st.matched.get(True, 0)} convolution calls, {st.matched.get(False, 0)} other calls")
             if st.unmatched:
                 msg += (f"; {len(st.unmatched)} convolution shapes are not in the table and were "
-                        "given no workspace")
+                        f"given no workspace ({_examples(st.unmatched)}): cuDNN may take more there, "
+                        "so this estimate can be low by their workspaces")
             out.append(msg)
+        if st.interpolated:
+            out.append(f"workspaces interpolated between the batches measured on "
+                       f"{_workspace_table().get('meta', {}).get('device', 'the reference GPU')} "
+                       f"(not measured at this batch) for {len(st.interpolated)} operator signatures "
+                       f"({_examples(st.interpolated)})")
         return out
+
+
+def _short(key: str) -> str:
+    """``convolution 64x56x56*64x64x3x3``: an operator signature by its name and first two tensor
+    shapes (the batch left out of the first)."""
+    try:
+        sig = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        return str(key)
+    if not isinstance(sig, tuple):
+        return str(key)
+    shapes = ["x".join(map(str, a[1])) or "scalar" for a in sig[1:]
+              if isinstance(a, tuple) and len(a) == 3 and a[0] == "T"][:2]
+    return f"{sig[0]} {'*'.join(shapes)}".strip()
+
+
+def _examples(keys, n: int = 3) -> str:
+    names = sorted(_short(k) for k in keys)
+    more = f", and {len(names) - n} more" if len(names) > n else ""
+    return "e.g. " + "; ".join(names[:n]) + more
 
 
 # ----------------------------------------------------------------------------------------------

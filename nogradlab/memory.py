@@ -45,7 +45,7 @@ from . import device as _device
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
-           "METHODS", "STEPS", "CUDA_BLOCK", "LazyResultWarning", "ALLOCATORS"]
+           "METHODS", "STEPS", "CUDA_BLOCK", "LazyResultWarning", "ALLOCATORS", "NotEstimable"]
 
 METHODS = ("auto", "storage", "allocator")
 STEPS = ("forward", "train")
@@ -686,10 +686,13 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
 
 
 def train_step(model, inputs, target, loss_fn, optimizer):
-    """One training step: forward, loss, backward, optimizer step, gradients set to None."""
+    """One training step: forward, loss, backward, optimizer step, gradients set to None. A tuple
+    or list of ``inputs`` is passed as positional arguments, a dict as keyword arguments."""
+    from .ownmodel import forward
+
     model.train()
     with torch.enable_grad():
-        loss = loss_fn(model(inputs), target)
+        loss = loss_fn(forward(model, inputs), target)
         loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -708,6 +711,7 @@ def _build_step(wl, batch, dev, step, mode, optimizer, dtype, built=None, autoca
     ``autocast``: a context manager factory replacing the setting's own autocast (the virtual
     CUDA device)."""
     from . import modes
+    from .ownmodel import forward, model_tensors
 
     model = wl.build(dev, dtype=dtype) if dtype is not None else wl.build(dev)
     if built is not None:
@@ -720,7 +724,7 @@ def _build_step(wl, batch, dev, step, mode, optimizer, dtype, built=None, autoca
         def fn():
             return train_step(model, x, target, wl.loss, opt)
 
-        entry = [x, target]
+        entry = model_tensors(x) + model_tensors(target)
     else:
         setting = modes.parse(mode)
         if autocast is not None and setting.autocast:
@@ -729,13 +733,13 @@ def _build_step(wl, batch, dev, step, mode, optimizer, dtype, built=None, autoca
 
             def fn():
                 with autocast(cast), modes.setting(setting, model=model, device=dev):
-                    return model(x)
+                    return forward(model, x)
         else:
             def fn():
                 with modes.setting(setting, model=model, device=dev):
-                    return model(x)
+                    return forward(model, x)
 
-        entry = [x]
+        entry = model_tensors(x)
     return fn, model, entry
 
 
@@ -764,10 +768,19 @@ ALLOCATORS = ("native", "expandable_segments")
 @_device.leaves_rng_alone(device_param=None)  # the RNG as found (CPU; CUDA if initialised)
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
-             seed: int = 0, allocator: str = "native", held_bytes: int = 0) -> MemoryReport:
+             seed: int = 0, allocator: str = "native", held_bytes: int = 0,
+             inputs=None) -> MemoryReport:
     """The memory report of one step of ``workload`` at ``batch``, computed under
     ``FakeTensorMode``: shapes and bytes without allocating, for any device (also ``"cuda"``
     on a machine without a GPU).
+
+    ``workload``: a built-in workload's name (``nogradlab.workloads``, at ``scale``), or your own
+    model: an ``nn.Module`` or a zero-argument function that builds one (built fake: nothing is
+    allocated), with ``inputs`` one sample's shape (``(3, 224, 224)``, ``"3x224x224"``, or
+    ``(shape, dtype)``) or a function of the batch returning the inputs; or a
+    ``nogradlab.ownmodel.Model`` (which also takes a loss for training steps). An operator without a
+    fake kernel, or control flow that depends on tensor values, raises :class:`NotEstimable` naming
+    the operator and what to do.
 
     ``mode``: a setting for ``step="forward"`` (``"grad"``, ``"no_grad"``, ``"eval+no_grad"``,
     ``"inference_mode"``... see ``nogradlab.modes``). ``step="train"``: forward, loss, backward and
@@ -789,7 +802,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from . import allocator as _alloc
-    from . import cudamodel, modes, workloads
+    from . import cudamodel, modes, ownmodel, workloads
 
     if step not in STEPS:
         raise ValueError(f"unknown step {step!r}; allowed: {', '.join(STEPS)}")
@@ -800,7 +813,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     if isinstance(held_bytes, bool) or not isinstance(held_bytes, int) or held_bytes < 0:
         raise ValueError(f"held_bytes must be a non-negative integer, got {held_bytes!r}")
     setting = modes.parse(mode) if step == "forward" else None
-    wl = workloads.get(workload, scale) if isinstance(workload, str) else workload
+    wl = ownmodel.resolve(workload, scale, inputs)
     workloads.check_batch(batch)
     if isinstance(device, str) and device.strip().lower().startswith("cuda"):
         dev = torch.device(device.strip().lower())  # a virtual device: no GPU needed
@@ -871,6 +884,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                 report, base, fused, rec, km = attempt(target_dev, fast_path)
         except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
             if target_dev is attempts[-1]:
+                _not_estimable(e, wl.name)
                 raise
             last_error = e
             continue
@@ -900,6 +914,50 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         report.notes = notes + extra + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover
+
+
+class NotEstimable(RuntimeError):
+    """A model that cannot run on fake tensors: an operator without a fake (meta) kernel, or
+    control flow or output shapes that depend on tensor values. ``op`` names the operator."""
+
+    def __init__(self, message, op=None):
+        super().__init__(message)
+        self.op = op
+
+
+_MEASURE_INSTEAD = ("or measure it on a real device instead: memory.measure(lambda: model(x)) (exact "
+                    "on the CPU; on a GPU the caching allocator's own figures)")
+
+
+def _not_estimable(e: BaseException, name: str) -> None:
+    """Raise :class:`NotEstimable` from ``e`` when it is fake tensors' refusal to run an operator
+    (its message names the operator and what to do); return for any other error."""
+    from torch._subclasses import fake_tensor as ft
+
+    func = getattr(e, "func", None)
+    op = str(func) if func is not None else None
+    if isinstance(e, ft.UnsupportedOperatorException):
+        msg = (f"{name}: the operator {op} has no fake (meta) kernel, so it cannot run on fake tensors "
+               "and nothing can be estimated. Register one (torch.library.register_fake, for a custom "
+               f"operator), replace the operator by standard ones, {_MEASURE_INSTEAD}")
+    elif isinstance(e, (ft.DataDependentOutputException, ft.DynamicOutputShapeException)):
+        kind = ("a value read from a tensor (bool(), .item(), .tolist(), or an `if` on a tensor)"
+                if "local_scalar_dense" in (op or "") or isinstance(e, ft.DataDependentOutputException)
+                else "an output whose shape depends on the values (nonzero, unique, masked_select...)")
+        msg = (f"{name}: the operator {op} needs {kind}; fake tensors have shapes but no values, so "
+               "control flow or shapes that depend on the data cannot be estimated. Make them depend "
+               "on shapes or flags instead (e.g. a mask applied with torch.where rather than indexing), "
+               f"{_MEASURE_INSTEAD}")
+    else:
+        try:
+            from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+        except ImportError:  # pragma: no cover - older torch
+            return
+        if not isinstance(e, GuardOnDataDependentSymNode):
+            return
+        msg = (f"{name}: its control flow depends on a tensor's values ({str(e).splitlines()[0][:160]}), "
+               f"which fake tensors do not have. Make it depend on shapes or flags instead, {_MEASURE_INSTEAD}")
+    raise NotEstimable(msg, op) from e
 
 
 def _assemble(rec, held_bytes: int) -> list:

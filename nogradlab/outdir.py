@@ -261,9 +261,14 @@ def replace_dir(src: Path, dst: Path, previous: Path) -> None:
     remove_ours(previous)
 
 
-def check_file_target(path, kind: str = "claims.json") -> Path:
+def _is_claims_doc(doc) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and "claims" in doc
+
+
+def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> Path:
     """Check, before any work, that a file may be written at ``path``: not a folder, its folder exists
-    and is writable, and an existing file there is an earlier nogradlab ``kind`` (never a user's file)."""
+    and is writable, and an existing file there is an earlier nogradlab ``kind`` (``ours(doc)`` of its
+    JSON is true; never a user's file)."""
     path = Path(path).expanduser().absolute()
     if path.is_dir():
         raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / kind)!r}")
@@ -272,10 +277,10 @@ def check_file_target(path, kind: str = "claims.json") -> Path:
     if path.exists():
         try:
             doc = json.loads(path.read_text())
-            ours = isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and "claims" in doc
+            mine = bool(ours(doc))
         except (OSError, ValueError):
-            ours = False
-        if not ours:
+            mine = False
+        if not mine:
             raise OutputError(f"{str(path)!r} exists and is not a {kind} written by nogradlab; "
                               f"nothing was overwritten. Choose another file")
     _probe_writable(path.parent, "the folder")

@@ -128,8 +128,11 @@ def check_batch(batch) -> int:
 
 
 @contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
-    """Set torch's (process-wide) default dtype inside the block."""
+def _default_dtype(dtype: "torch.dtype | None"):
+    """Set torch's (process-wide) default dtype inside the block (``None``: leave it as it is)."""
+    if dtype is None:
+        yield
+        return
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

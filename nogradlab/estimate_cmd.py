@@ -1,0 +1,201 @@
+"""``python -m nogradlab estimate MODULE:FACTORY --input 3x224x224 --gpu 24GiB``: your own model's GPU
+memory per mode, its largest batch under the budget and the no_grad factor, on a virtual CUDA device
+(no GPU needed): ``memory.estimate`` and ``batch.largest_batch`` with the caching allocator's model.
+
+Every argument is checked before any work (``check``: ``ValueError`` naming what is allowed); ``run``
+does the work and returns the JSON document that ``--json`` writes.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+
+import torch
+
+from . import batch as _batch
+from . import memory as _memory
+from . import ownmodel
+
+__all__ = ["MODES", "parse_bytes", "load_factory", "Request", "check", "run", "text", "is_estimate_doc"]
+
+# the command's mode -> batch.largest_batch's mode (forward modes with the model in eval)
+MODES = {"grad": "grad", "no_grad": "eval+no_grad", "inference_mode": "inference_mode", "train": "train"}
+_UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_bytes(spec: str) -> int:
+    """``"24GiB"`` -> 25769803776; binary (KiB..TiB, or K/M/G/T) and decimal (KB..TB) units, or bytes."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(spec))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"a memory size is a number and a unit, e.g. 24GiB or 80GB (units: B, KiB, MiB, "
+                         f"GiB, TiB, KB, MB, GB, TB); got {spec!r}")
+    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise ValueError(f"a memory size must be positive, got {spec!r}")
+    return n
+
+
+def load_factory(spec: str):
+    """``"torchvision.models:resnet101"`` -> a zero-argument builder (called with ``weights=None``
+    when it takes that keyword: no download, random weights)."""
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"the model is MODULE:FACTORY, an importable callable returning an nn.Module, "
+                         f"e.g. torchvision.models:resnet101; got {spec!r}")
+    mod_name, attr = spec.split(":")
+    try:
+        obj = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import {mod_name!r} ({e})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"{mod_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{spec!r} is a {type(obj).__name__}, not a callable that returns an nn.Module")
+    try:
+        takes_weights = "weights" in inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        takes_weights = False
+    kwargs = {"weights": None} if takes_weights else {}
+
+    def build():
+        return obj(**kwargs)
+
+    build.__qualname__ = attr.split(".")[-1]
+    return build
+
+
+@dataclass
+class Request:
+    model: str
+    build: object
+    shape: tuple
+    dtype: torch.dtype
+    budget: int
+    modes: list
+    allocator: str
+    batch: int
+    max_batch: int = 65536
+
+
+def check(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,inference_mode,train",
+          allocator="native", batch=1) -> Request:
+    """Every argument checked (``ValueError`` naming the allowed values), nothing built yet."""
+    shape = ownmodel.parse_shape(input)
+    dt = ownmodel.parse_dtype(dtype)
+    budget = parse_bytes(gpu)
+    names = [m.strip() for m in str(modes).split(",") if m.strip()]
+    bad = [m for m in names if m not in MODES]
+    if bad or not names:
+        raise ValueError(f"unknown mode {bad[0] if bad else modes!r}; allowed: {', '.join(MODES)} "
+                         "(comma-separated)")
+    if allocator not in _memory.ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(_memory.ALLOCATORS)}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"--batch must be a positive integer, got {batch!r}")
+    build = load_factory(model)
+    if dt.is_floating_point:  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
+        from .workloads import _default_dtype
+
+        factory = build
+
+        def build():
+            with _default_dtype(dt):
+                return factory()
+        build.__qualname__ = factory.__qualname__
+    return Request(model=model, build=build, shape=shape, dtype=dt, budget=budget,
+                   modes=list(dict.fromkeys(names)), allocator=allocator, batch=batch)
+
+
+def _factor(num, den):
+    if num is None or den is None or not den["largest_batch"]:
+        return None
+    return round(num["largest_batch"] / den["largest_batch"], 3)
+
+
+def run(req: Request, progress: bool = True, command: str = "") -> dict:
+    """Per mode: the estimate at ``req.batch`` and the largest batch under the budget."""
+    own = ownmodel.Model(req.build, (req.shape, req.dtype), name=req.build.__qualname__)
+    bar = None
+    if progress:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=2 * len(req.modes), desc=own.name, unit="step", file=sys.stderr)
+    out, notes = {}, []
+    try:
+        for m in req.modes:
+            setting = _batch._SETTINGS[MODES[m]]
+            if bar is not None:
+                bar.set_postfix_str(f"{m}: batch {req.batch}")
+            kw = dict(step="train") if setting is None else dict(mode=setting)
+            r = _memory.estimate(own, req.batch, "cuda", allocator=req.allocator, **kw)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{m}: largest batch")
+            b = _batch.largest_batch(own, MODES[m], req.budget, "cuda", method="estimate",
+                                     allocator=req.allocator, max_batch=req.max_batch)
+            if bar is not None:
+                bar.update(1)
+            out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
+                      "largest_batch": b.batch, "at_limit": b.at_limit, "setting": MODES[m],
+                      "trials": len(b.trials)}
+            notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes"))
+    finally:
+        if bar is not None:
+            bar.close()
+    from . import cudamodel
+
+    prof = cudamodel.profile()
+    ng = out.get("no_grad")
+    return {
+        "meta": {"tool": "nogradlab", "source": "estimate", "model": req.model, "name": own.name,
+                 "input": "x".join(map(str, req.shape)), "dtype": str(req.dtype).replace("torch.", ""),
+                 "gpu_bytes": req.budget, "allocator": req.allocator, "batch": req.batch,
+                 "max_batch": req.max_batch, "device": "cuda" if torch.cuda.is_available() else
+                 "cuda (virtual: no GPU here)", "gpu_profile": prof.name, "torch": torch.__version__,
+                 "command": command},
+        "modes": out,
+        "no_grad_factor": {"over_grad": _factor(ng, out.get("grad")), "over_train": _factor(ng, out.get("train"))},
+        "notes": notes,
+    }
+
+
+def is_estimate_doc(doc) -> bool:
+    """An earlier ``estimate --json`` file (the only kind it may overwrite)."""
+    return (isinstance(doc, dict) and isinstance(doc.get("meta"), dict)
+            and doc["meta"].get("tool") == "nogradlab" and doc["meta"].get("source") == "estimate"
+            and isinstance(doc.get("modes"), dict))
+
+
+def text(doc: dict) -> str:
+    """The terminal table of a document from :func:`run`."""
+    from .memory import format_bytes as fb
+
+    meta = doc["meta"]
+    b = meta["batch"]
+    lines = [f"{meta['name']} ({meta['model']}), inputs {meta['input']} {meta['dtype']}, budget "
+             f"{fb(meta['gpu_bytes'])} on {meta['device']}, {meta['gpu_profile']} modelled, "
+             f"{meta['allocator']} allocator",
+             f"{'mode':<16}{f'allocated @{b}':>16}{f'reserved @{b}':>16}{'largest batch':>16}"]
+    for m, e in doc["modes"].items():
+        lb = f"{e['largest_batch']}" + (" (at limit)" if e["at_limit"] else "")
+        lines.append(f"{m:<16}{fb(e['allocated_peak_bytes']):>16}{fb(e['reserved_peak_bytes']):>16}{lb:>16}")
+    f = doc["no_grad_factor"]
+    ng = doc["modes"].get("no_grad")
+    for key, other in (("over_grad", "grad"), ("over_train", "train")):
+        if f[key] is not None:
+            bound = "at least " if ng["at_limit"] else ""
+            cap = " (that mode hit max_batch: the factor may be smaller)" if doc["modes"][other]["at_limit"] else ""
+            lines.append(f"no_grad fits {bound}{f[key]:.2f}x the batch of {other}{cap}")
+        elif ng is not None and other in doc["modes"]:
+            lines.append(f"no_grad over {other}: n/a ({other} fits no batch under the budget)")
+    if any(e["at_limit"] for e in doc["modes"].values()):
+        lines.append(f"at limit: every batch up to max_batch={meta['max_batch']} fitted; the real largest "
+                     "batch may be larger")
+    lines += ["notes:"] + [f"  - {n}" for n in doc["notes"]]
+    return "\n".join(lines)
