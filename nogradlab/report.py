@@ -30,6 +30,7 @@ from pathlib import Path
 from . import __version__
 from . import claims as _claims
 from . import device as _device
+from . import outdir as _outdir
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
@@ -241,8 +242,7 @@ def write_json(doc: dict, path) -> Path:
     validate(doc)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(doc))
-    return path
+    return _outdir.write_text_atomic(path, dumps(doc))
 
 
 def load_doc(path) -> dict:
@@ -661,9 +661,7 @@ def write_html(doc: dict, out_dir, refs=()) -> Path:
     """Write ``out_dir/report.html`` and return its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "report.html"
-    path.write_text(render_html(doc, refs), encoding="utf-8")
-    return path
+    return _outdir.write_text_atomic(out_dir / "report.html", render_html(doc, refs))
 
 
 def color_default(stream) -> bool:

@@ -152,9 +152,7 @@ def _to_html(ipynb: Path) -> "Path | None":
     exporter = HTMLExporter(template_name="lab", embed_images=True)
     body, _ = exporter.from_notebook_node(nbformat.read(str(ipynb), as_version=4))
     body = offline_html(body)
-    out = ipynb.with_suffix(".html")
-    out.write_text(body, encoding="utf-8")
-    return out
+    return _outdir.write_text_atomic(ipynb.with_suffix(".html"), body)
 
 
 _REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"'](?:https?:)?//[^>]*>\s*</script>\s*", re.I)

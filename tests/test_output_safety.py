@@ -300,3 +300,80 @@ def test_executed_notebook_pages_open_offline(tmp_path):
     remote = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"'](?:https?:)?//[^\"']*", page)
     assert remote == []
     assert "https://pytorch.org/docs/stable/" in page  # a link in the text is not a resource
+
+
+# -- issue 17, finding 1: a kill or a full disk during a write keeps the earlier file ----------------------
+
+_WRITERS = {  # what writes results/<machine>/claims.json, a --json file, build/report.html, a notebook page
+    "write_json": "report.write_json(doc, target)",
+    "json_file": "outdir.write_text_atomic(target, report.dumps(doc))",
+    "write_html": "report.write_html(doc, target.parent)",
+}
+
+
+def _earlier(tmp_path, kind):
+    from test_report import fake_doc
+
+    doc = fake_doc()
+    target = tmp_path / ("report.html" if kind == "write_html" else "claims.json")
+    if kind == "write_html":
+        report.write_html(doc, tmp_path)
+    else:
+        report.write_json(doc, target)
+    return target, target.read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITERS))
+def test_issue17_sigkill_mid_write_leaves_the_earlier_file_intact(tmp_path, kind):
+    target, before = _earlier(tmp_path, kind)
+    # the child writes a new version and is killed with SIGKILL after the bytes are written, before the
+    # rename (os.fsync is where it waits)
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+from pathlib import Path
+from nogradlab import outdir, report
+from test_report import fake_doc
+doc = fake_doc(skip={{"C01"}})
+target = Path({str(target)!r})
+def stall(fd):
+    print("writing", flush=True)
+    time.sleep(60)
+os.fsync = stall
+{_WRITERS[kind]}
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert p.stdout.readline().strip() == "writing"
+        tmp_files = [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+        assert tmp_files and tmp_files[0].stat().st_size > 0  # the new text is on its way
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+    assert target.read_bytes() == before
+    if kind != "write_html":
+        report.load_doc(target)  # still parses and follows the schema
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITERS))
+def test_issue17_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, kind, monkeypatch):
+    import errno
+
+    from test_report import fake_doc
+
+    target, before = _earlier(tmp_path, kind)
+    doc = fake_doc(skip={"C01"})
+    written = []
+
+    def full(fd):  # part of the data reached the temporary file, then the disk filled up
+        written.append(os.fstat(fd).st_size)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        eval(_WRITERS[kind], {"report": report, "outdir": outdir, "doc": doc, "target": target})
+    assert written and written[0] > 0
+    assert target.read_bytes() == before
+    assert sorted(f.name for f in tmp_path.iterdir()) == [target.name]  # no temporary file left behind
