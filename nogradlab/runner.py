@@ -251,7 +251,8 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
         lock_path = _outdir.prepare(out, protect=protect).lock
     with _outdir.Lock(lock_path, repr(str(lock_path.parent / Path(out).name))):  # a second run stops here
         lay = _outdir.prepare(out, protect=protect)
-        refs = _report.load_references(results_dir)
+        # an explicit --results is read (a misspelled one is warned about); the default only when it exists
+        refs = _report.load_references(results_dir) if results or results_dir.is_dir() else []
         # Ctrl-C and SIGTERM: while notebooks run they stop the run (an interrupt); once the report is being
         # written they are noted and honoured after it, so that no signal can leave half a build behind.
         state = {"phase": "running", "pending": []}
@@ -340,6 +341,8 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         _report.write_html(doc, work, refs)
     except OSError as e:  # a full disk, a folder turned read-only, ...
         write_error = f"could not write the report: {e}"
+    except Exception as e:  # noqa: BLE001 - a bug in the report step: the notebooks' work still lands in .failed
+        write_error = f"could not write the report: {type(e).__name__}: {e}"
     if doc is None:
         doc = {"meta": {"complete": False, "interrupted": bool(interrupted), "notebooks": records, "counts": {}},
                "claims": []}

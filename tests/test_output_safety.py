@@ -377,3 +377,46 @@ def test_issue17_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, 
     assert written and written[0] > 0
     assert target.read_bytes() == before
     assert sorted(f.name for f in tmp_path.iterdir()) == [target.name]  # no temporary file left behind
+
+
+# -- issue 17, finding 4: a bad reference never costs the run its output ----------------------------------
+
+def _unknown_reference(tmp_path):
+    from test_report import fake_reference
+
+    refs_dir, ref = fake_reference(tmp_path)
+    path = refs_dir / ref["meta"]["machine"] / "claims.json"
+    doc = json.loads(path.read_text())
+    doc["claims"][0]["id"] = "C99"
+    path.write_text(json.dumps(doc))
+    return refs_dir
+
+
+def test_issue17_a_reference_with_an_unknown_claim_is_skipped_by_run_and_claims(tmp_path, capsys):
+    refs = _unknown_reference(tmp_path)
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    argv = run_args(nbs, out, tmp_path)
+    argv[argv.index("--results") + 1] = str(refs)
+    assert main(argv) == 0
+    assert "skipping reference" in capsys.readouterr().err and (out / "report.html").exists()
+    f = tmp_path / "c.json"
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C30", "--json", str(f),
+               "--results", str(refs), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "unknown claim id(s) C99" in err and "Traceback" not in err
+    assert report.load_doc(f)["claims"][0]["id"] == "C30"
+
+
+def test_issue17_a_crash_in_the_report_step_still_leaves_failed_and_failed_txt(tmp_path, monkeypatch, capsys):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+
+    def broken(doc, folder, refs=()):
+        raise ValueError("a bug in the report step")
+
+    monkeypatch.setattr(runner._report, "write_html", broken)
+    assert main(run_args(nbs, out, tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "a bug in the report step" in err and "Traceback" not in err
+    failed = tmp_path / "build.failed"
+    assert "ValueError: a bug in the report step" in (failed / "FAILED.txt").read_text()
+    assert (failed / "notebooks" / "01_fake_ledger.ipynb").exists() and not (tmp_path / "build.partial").exists()
