@@ -528,6 +528,10 @@ def _lazy_kind(result) -> "str | None":
         return "a coroutine (an awaitable)"
     if inspect.isasyncgen(result):
         return "an async generator"
+    import concurrent.futures
+
+    if isinstance(result, concurrent.futures.Future):
+        return f"a future ({type(result).__name__}, {'done' if result.done() else 'still running'})"
     if isinstance(result, (map, filter, zip)):
         return f"a lazy {type(result).__name__} object"
     if isinstance(result, Iterator) and not isinstance(result, torch.Tensor):

@@ -140,3 +140,40 @@ def test_rng_preserved_saves_only_what_exists():
     with device.rng_preserved(None):
         torch.rand(3)
     assert device.leaves_rng_alone(lambda device=None: torch.rand(1))(device="cpu").shape == (1,)
+
+
+# --- issue 17, finding 5: the timers do not time lazy work as if it were done ------------------------------
+
+def _pool_future():
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        yield lambda: pool.submit(lambda: torch.ones(10 ** 5).sum())
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda m, x: (m(x) for _ in range(1)), "a generator"),
+    (lambda m, x: iter([x]), "an iterator"),
+    (lambda m, x: map(m, [x]), "lazy map"),
+    ("future", "a future"),
+])
+def test_issue17_timers_warn_on_lazy_results(make, kind):
+    m, x = torch.nn.Linear(64, 64), torch.ones(8, 64)
+    futures = _pool_future()
+    lazy = next(futures) if make == "future" else (lambda: make(m, x))
+    try:
+        with pytest.warns(memory.LazyResultWarning, match="consumed") as w:
+            timing.compare({"eager": lambda: m(x), "lazy": lazy}, rounds=2, min_run_time=0.002, warmup=1)
+        assert kind in str(w[0].message) and "case 'lazy'" in str(w[0].message)
+        assert w[0].filename == __file__ and len(w) == 1
+        for warmup in (0, 2):
+            with pytest.warns(memory.LazyResultWarning, match=kind):
+                timing.measure(lazy, min_run_time=0.002, warmup=warmup)
+    finally:
+        futures.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        timing.measure(lambda: list(make(m, x)) if make != "future" else m(x), min_run_time=0.002)
