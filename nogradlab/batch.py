@@ -423,9 +423,9 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real) \
             or not budget_bytes > 0 or math.isinf(budget_bytes):
         raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
-    _check_positive_int(max_batch, "max_batch")
+    _workloads.check_batch(max_batch, "max_batch")  # also: no larger than workloads.MAX_BATCH
     if start != "auto":
-        _check_positive_int(start, "start (or 'auto')")
+        _workloads.check_batch(start, "start (or 'auto')")
     wl = _workloads.get(workload, scale)
     name = device.strip().lower() if isinstance(device, str) else str(device)
     virtual = name.startswith("cuda") and not torch.cuda.is_available()
