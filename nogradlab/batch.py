@@ -421,8 +421,8 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real) \
-            or not budget_bytes > 0 or math.isinf(budget_bytes):
-        raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
+            or not budget_bytes >= 1 or math.isinf(budget_bytes):
+        raise ValueError(f"budget_bytes must be a finite number of bytes, at least 1, got {budget_bytes!r}")
     _workloads.check_batch(max_batch, "max_batch")  # also: no larger than workloads.MAX_BATCH
     if start != "auto":
         _workloads.check_batch(start, "start (or 'auto')")

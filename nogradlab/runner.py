@@ -246,6 +246,8 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     nbs = discover(nb_dir)
     results_dir = Path(results) if results else default_dir("results")
     protect = [nb_dir, results_dir, REPO / "nogradlab"]
+    if Path(out).expanduser().absolute().parent == Path(out).expanduser().absolute():
+        _outdir.prepare(out, protect=protect)  # refuses a filesystem root, naming it
     lock_path = _outdir.lock_path(out)
     if not lock_path.parent.is_dir():  # prepare() creates the missing folders, after its checks
         lock_path = _outdir.prepare(out, protect=protect).lock
@@ -396,6 +398,8 @@ def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, pro
     chosen = list(claim_ids) if claim_ids else _claims.ids()
     for c in chosen:
         _claims.get(c)
+    seed = _device.check_seed(seed)
+    _claims.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, not as every check's error
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
