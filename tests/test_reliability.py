@@ -73,7 +73,7 @@ def test_finding9_budgets_are_finite_and_at_least_one_byte(gib):
     with pytest.raises(ValueError, match="budget_gib must be a positive, finite number"):
         widgets.budget_explorer("mlp", "tiny", "cpu", budget_gib=gib, interactive=False)
     if gib > 0:
-        with pytest.raises(ValueError, match="budget_bytes must be a finite number of bytes, at least 1"):
+        with pytest.raises(ValueError, match="budget_bytes must be a positive, finite number of bytes, at least 1"):
             batch.largest_batch("mlp", "train", gib, "cpu", scale="tiny")
     if not gib < math.inf:  # what papermill passes as -p budget_gib inf: stopped at setup
         with pytest.raises(ValueError, match="budget_gib must be positive finite numbers"):
