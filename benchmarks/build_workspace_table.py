@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from nogradlab import cudamodel  # noqa: E402
+from nogradlab.outdir import write_text_atomic  # noqa: E402
 
 SKIP = {"_transformer_encoder_layer_fwd"}
 
@@ -67,8 +68,7 @@ def main(argv=None):
             "source": os.path.relpath(a.probes), "calls": calls, "signatures": len(table),
             "what": "bytes an operator allocated for itself and freed again (peak inside minus "
                     "allocated after), per signature and batch; cudnn_benchmark off"}
-    with open(a.out, "w") as f:
-        json.dump({"meta": meta, "ops": table}, f, indent=0, sort_keys=True)
+    write_text_atomic(a.out, json.dumps({"meta": meta, "ops": table}, indent=0, sort_keys=True))
     print(f"{len(table)} signatures from {calls} calls -> {a.out}")
     return 0
 

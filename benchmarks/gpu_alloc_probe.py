@@ -33,6 +33,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from nogradlab.outdir import write_text_atomic as _atomic  # noqa: E402
+
 GiB = 2 ** 30
 DEV = "cuda:0"  # the tests of this script set "cpu" with the counters patched
 MODES = ("eval+no_grad", "grad", "train")
@@ -256,8 +260,7 @@ def _child(kind, arg, path):
 
         result = {"ok": False, "error": f"{type(e).__name__}: {e}", "tb": traceback.format_exc()[-3000:]}
     result.update(kind=kind, arg=arg, seconds=round(time.perf_counter() - t0, 2))
-    with open(path, "w") as f:
-        json.dump(result, f)
+    _atomic(path, json.dumps(result))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -351,14 +354,11 @@ def main(argv=None):
             merged["env"] = r
         else:
             merged[r["kind"]].append(r)
-    with open(os.path.join(a.out, "env.json"), "w") as f:
-        json.dump(merged["env"], f, indent=1)
-    with gzip.open(os.path.join(a.out, "probes.json.gz"), "wt") as f:
-        json.dump(merged["probe"], f)
-    with gzip.open(os.path.join(a.out, "traces.json.gz"), "wt") as f:
-        json.dump(merged["trace"], f)
-    with open(os.path.join(a.out, "searches.json"), "w") as f:
-        json.dump(merged["search"], f, indent=1)
+    # each file through a temporary one, renamed into place: a kill or a full disk keeps the earlier file
+    _atomic(os.path.join(a.out, "env.json"), json.dumps(merged["env"], indent=1))
+    _atomic(os.path.join(a.out, "probes.json.gz"), gzip.compress(json.dumps(merged["probe"]).encode()))
+    _atomic(os.path.join(a.out, "traces.json.gz"), gzip.compress(json.dumps(merged["trace"]).encode()))
+    _atomic(os.path.join(a.out, "searches.json"), json.dumps(merged["search"], indent=1))
     log.write(f"total {time.perf_counter() - t_start:.1f}s\n")
     log.close()
     print(f"done in {time.perf_counter() - t_start:.1f}s", flush=True)

@@ -50,6 +50,7 @@ import torch  # noqa: E402
 
 from nogradlab import batch, claims, memory, modes, report, workloads  # noqa: E402
 from nogradlab import device as nd  # noqa: E402
+from nogradlab.outdir import write_text_atomic  # noqa: E402
 
 GiB = 2 ** 30
 FMT = memory.format_bytes
@@ -179,12 +180,19 @@ def run_claims(ids, dev, scale, clock) -> list:
     return results
 
 
-def largest_batches(dev, names, budgets, scale, c04, clock) -> list:
-    """Rows (workload, budget, mode, method, batch, ...): from C04's evidence where it has them."""
+def _row_key(r) -> tuple:
+    return (r["workload"], r["budget_bytes"], r["mode"], r["method"], r["scale"])
+
+
+def largest_batches(dev, names, budgets, scale, c04, clock, earlier=()) -> list:
+    """Rows (workload, budget, mode, method, batch, ...): from C04's evidence where it has them, else
+    from ``earlier`` (a resumed run's rows, kept as they were), else searched here."""
     have = {}
+    for r in earlier:
+        have[_row_key(r)] = r
     if c04 is not None and c04.get("verdict") is not None:
         for r in c04["evidence"].get("searches", []):
-            have[(r["workload"], r["budget_bytes"], r["mode"], r["method"], r["scale"])] = r
+            have.setdefault(_row_key(r), dict(r, source="C04"))
     methods = ("search", "estimate") if dev.type == "cuda" else ("estimate",)
     target = str(dev) if dev.type == "cuda" else "cuda"
     rows = []
@@ -194,7 +202,7 @@ def largest_batches(dev, names, budgets, scale, c04, clock) -> list:
                 for method in methods:
                     key = (name, int(gib * GiB), mode, method, scale)
                     if key in have:
-                        rows.append(dict(have[key], source="C04"))
+                        rows.append(dict(have[key]))
                     elif clock.left(30):
                         r = batch.largest_batch(name, mode, int(gib * GiB), target, scale=scale,
                                                 method=method, max_batch=2 ** 22)
@@ -269,20 +277,68 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+class Refused(Exception):
+    """An input the run will not use (checked before any work; the command exits 2 with the message)."""
+
+
+def _load_input(path, what) -> dict:
+    """A claims.json given to ``--resume``/``--merge``, read and validated, or :class:`Refused`."""
+    p = Path(path)
+    if not p.is_file():
+        raise Refused(f"{what} {path}: {'not a regular file' if p.exists() else 'no such file'}")
+    try:
+        return report.load_doc(p)
+    except (ValueError, OSError, RecursionError, UnicodeDecodeError) as e:
+        raise Refused(f"{what} {path} is not a readable claims.json ({type(e).__name__}: {e})") from None
+
+
+def _earlier_sections(resume, meta) -> dict:
+    """The sections of the ``gpu_reference.json`` beside ``resume`` (``{}`` when there is none); refused
+    when it is unreadable or another machine's, scale's or torch's."""
+    p = Path(resume).with_name("gpu_reference.json")
+    if not p.exists():
+        return {}
+    try:
+        d = json.loads(p.read_text())
+        if not isinstance(d, dict) or not isinstance(d.get("meta"), dict):
+            raise ValueError("no meta block")
+    except (ValueError, OSError, RecursionError, UnicodeDecodeError) as e:
+        raise Refused(f"--resume: {p} is not a readable gpu_reference.json ({type(e).__name__}: {e}); "
+                      f"move it away to measure its sections again") from None
+    m = d["meta"]
+    for k in ("device_label", "scale", "torch"):
+        if m.get(k) != meta[k]:
+            raise Refused(f"--resume: {p} was measured with {k} {m.get(k)!r}, this run's is {meta[k]!r}")
+    return d
+
+
+def _check_resume(doc, path, machine, scale) -> None:
+    m = doc["meta"]
+    if m["machine"] != machine:
+        raise Refused(f"--resume {path} is another machine's run ({m['machine']}; this is {machine})")
+    if m["scale"] != scale:
+        raise Refused(f"--resume {path} ran at scale {m['scale']}; this run's is {scale} (give --scale {m['scale']})")
+    if m["torch"] != torch.__version__:
+        raise Refused(f"--resume {path} ran with torch {m['torch']}; this is torch {torch.__version__}")
+
+
 def merge_main(a) -> int:
     """``--merge``: one claims.json from finished partial runs; refuses to overwrite a file that is
     not a claims.json of the same machine."""
-    docs = [report.load_doc(f) for f in a.merge]
-    doc = report.merge_docs(docs, names=[Path(f).name for f in a.merge], note=a.note,
-                            commit=a.commit or None)
+    docs = [_load_input(f, "--merge") for f in a.merge]
+    try:
+        doc = report.merge_docs(docs, names=[Path(f).name for f in a.merge], note=a.note,
+                                commit=a.commit or None)
+    except ValueError as e:
+        raise Refused(f"--merge: {e}") from None
     target = Path(a.out) / doc["meta"]["machine"] / "claims.json"
     if target.exists() and target.resolve() not in {Path(f).resolve() for f in a.merge}:
         try:
             old = report.load_doc(target)
-        except (ValueError, OSError) as e:
-            raise SystemExit(f"refusing to replace {target}: not a valid claims.json ({e})")
+        except (ValueError, OSError, RecursionError) as e:
+            raise Refused(f"refusing to replace {target}: not a valid claims.json ({e})") from None
         if old["meta"]["machine"] != doc["meta"]["machine"]:
-            raise SystemExit(f"refusing to replace {target}: it is another machine's")
+            raise Refused(f"refusing to replace {target}: it is another machine's")
     report.write_json(doc, target)
     c = doc["meta"]["counts"]
     log(f"merged {len(docs)} runs into {target}: " + ", ".join(f"{n} {w}" for w, n in c.items()))
@@ -290,6 +346,18 @@ def merge_main(a) -> int:
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except Refused as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+#: the sections a resumed run keeps from the earlier gpu_reference.json when they were measured there
+RESUMABLE = ("probes", "oom_leak", "estimate_vs_real")
+
+
+def _main(argv=None) -> int:
     a = parse_args(argv)
     if a.merge:
         return merge_main(a)
@@ -298,9 +366,15 @@ def main(argv=None) -> int:
     ids = [c.strip() for c in a.claims.split(",") if c.strip()] or claims.ids()
     for c in ids:
         claims.get(c)
+    info = nd.describe(dev)
+    machine = report.machine_slug(info)
     earlier = None
-    if a.resume:
-        earlier = report.load_doc(a.resume)
+    old = {}  # the earlier run's sections (--resume), kept where they were measured
+    if a.resume:  # every check on the earlier files before any measuring
+        earlier = _load_input(a.resume, "--resume")
+        _check_resume(earlier, a.resume, machine, scale)
+        old = _earlier_sections(a.resume, {"device_label": nd.label(info), "scale": scale,
+                                           "torch": torch.__version__})
         done = {c["id"] for c in earlier["claims"] if c["verdict"] is not None}
         kept = [c for c in ids if c in done]
         ids = [c for c in ids if c not in done]
@@ -308,12 +382,14 @@ def main(argv=None) -> int:
     names = [w.strip() for w in a.workloads.split(",") if w.strip()] or list(workloads.names())
     for w in names:
         workloads.get(w, scale)
-    budgets = [float(b) for b in a.budgets_gib.split(",") if b.strip()]
-    if not budgets or min(budgets) <= 0:
-        raise SystemExit("--budgets-gib needs positive numbers")
+    try:
+        budgets = [float(b) for b in a.budgets_gib.split(",") if b.strip()]
+    except ValueError:
+        budgets = []
+    if not budgets or not all(0 < b < float("inf") for b in budgets):
+        raise Refused("--budgets-gib needs positive numbers")
     clock = Clock(a.time_budget)
     cuda = dev.type == "cuda"
-    info = nd.describe(dev)
     log(f"gpu_reference: {nd.label(info)}, scale {scale}, {len(ids)} claims, workloads {', '.join(names)}")
     sections = {"skipped": {}}
     no_cuda = f"no CUDA device ({dev}): the allocator checks need one"
@@ -323,6 +399,10 @@ def main(argv=None) -> int:
     def section(key, title, fn, needs_cuda=False):
         """Run one section; a crash is recorded (and fails the run) instead of ending it."""
         log(title)
+        if key in RESUMABLE and old.get(key):
+            sections[key] = old[key]
+            log(f"  kept from {Path(a.resume).with_name('gpu_reference.json')} (measured there)")
+            return
         if needs_cuda and not cuda:
             log(f"  skipped: {no_cuda}")
             sections["skipped"][key] = no_cuda
@@ -344,9 +424,18 @@ def main(argv=None) -> int:
     results = run_claims(ids, dev, scale, clock)
     c04 = next((r.to_dict() if hasattr(r, "to_dict") else r for r in results
                 if (r.id if hasattr(r, "id") else r["id"]) == "C04"), None)
+    if c04 is None and earlier is not None:  # C04's verdict kept from the earlier run
+        c04 = next((c for c in earlier["claims"] if c["id"] == "C04"), None)
+    old_rows = [r for r in old.get("largest_batch") or [] if isinstance(r, dict)]
+    if old_rows:
+        log(f"  {len(old_rows)} largest-batch rows kept from the earlier run")
     section("largest_batch", "5. largest batch under " + ", ".join(f"{b:g} GiB" for b in budgets)
             + ("" if cuda else " (estimates only: " + no_cuda + ")"),
-            lambda: largest_batches(dev, names, budgets, scale, c04, clock))
+            lambda: largest_batches(dev, names, budgets, scale, c04, clock, earlier=old_rows))
+    if old_rows:  # rows of the earlier run outside this run's workloads or budgets stay too
+        here = {_row_key(r) for r in sections.get("largest_batch") or []}
+        sections["largest_batch"] = (sections.get("largest_batch") or []) + [
+            r for r in old_rows if _row_key(r) not in here]
 
     failures = [f"section {k} crashed" for k in errors]
     failures += [f"probe {r['workload']} {r['setting']}" for r in sections.get("probes", [])
@@ -362,17 +451,16 @@ def main(argv=None) -> int:
                            + " ".join(argv if argv is not None else sys.argv[1:]),
                            only=ids if (a.claims or earlier is not None) else None)
     if earlier is not None:
-        if earlier["meta"]["machine"] != doc["meta"]["machine"]:
-            raise SystemExit(f"--resume {a.resume} is another machine's run ({earlier['meta']['machine']})")
         doc = report.merge_docs([earlier, doc], names=[str(a.resume), "this run"], note=a.note)
     meta = dict(doc["meta"], date=_dt.datetime.now(_dt.timezone.utc).date().isoformat(),
                 seconds=clock.elapsed)
     folder = Path(a.out) / doc["meta"]["machine"]
+    # every file through a temporary one renamed into place: a kill or a full disk keeps the earlier file
     report.write_json(doc, folder / "claims.json")
-    (folder / "gpu_reference.json").write_text(json.dumps(
+    write_text_atomic(folder / "gpu_reference.json", json.dumps(
         {"meta": {k: meta[k] for k in ("device", "device_label", "torch", "scale", "date", "seconds")},
          **{k: v for k, v in sections.items()}}, indent=1, default=str) + "\n")
-    (folder / "summary.md").write_text(summary_md(meta, doc, sections))
+    write_text_atomic(folder / "summary.md", summary_md(meta, doc, sections))
     log(f"wrote {folder}/claims.json, gpu_reference.json, summary.md in {clock.elapsed:.0f} s")
     if failures:
         log("CUDA checks FAILED: " + "; ".join(failures))

@@ -79,6 +79,11 @@ def main(argv=None) -> int:
         dev = _device.resolve(args.device)
         workloads.resolve_scale(args.scale, dev)
         ids = runner.parse_ids(args.ids) if args.cmd == "claims" else None
+        if args.cmd == "claims":
+            _device.check_seed(args.seed, "--seed")
+            from . import claims as _claims
+
+            _claims.ledger_path()
         if args.cmd == "run":
             runner.discover(args.notebooks or runner.default_dir("notebooks"))
         elif args.json:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 from dataclasses import dataclass, field
 
 __all__ = ["simulate", "Allocator", "SimResult", "Segment", "OutOfMemory", "MODES",
@@ -208,16 +209,17 @@ class Allocator:
                  max_split_size: "int | None" = None, device_bytes: int = H200_BYTES):
         if mode not in MODES:
             raise ValueError(f"unknown allocator mode {mode!r}; allowed: {', '.join(MODES)}")
-        if limit_bytes is not None and (isinstance(limit_bytes, bool) or not isinstance(limit_bytes, int)
-                                        or limit_bytes < 0):
+        if limit_bytes is not None and (isinstance(limit_bytes, bool)
+                                        or not isinstance(limit_bytes, numbers.Integral) or limit_bytes < 0):
             raise ValueError(f"limit_bytes must be a non-negative integer or None, got {limit_bytes!r}")
         if max_split_size is not None and (isinstance(max_split_size, bool)
-                                           or not isinstance(max_split_size, int) or max_split_size < 1):
+                                           or not isinstance(max_split_size, numbers.Integral)
+                                           or max_split_size < 1):
             raise ValueError(f"max_split_size must be a positive integer or None, got {max_split_size!r}")
         self.mode = mode
         self.expandable = mode == "expandable_segments"
-        self.limit = limit_bytes
-        self.max_split = max_split_size if max_split_size is not None else math.inf
+        self.limit = int(limit_bytes) if limit_bytes is not None else None  # numpy integers work too
+        self.max_split = int(max_split_size) if max_split_size is not None else math.inf
         self.device_bytes = int(device_bytes)
         self.small = _Pool(True)
         self.large = _Pool(False)
@@ -575,8 +577,9 @@ def _replay(events, mode, limit_bytes, max_split_size, device_bytes):
                 raise ValueError(f"event {n}: key {key!r} allocated twice without a free")
             sizes = tuple(nbytes) if kind == "try_alloc" and isinstance(nbytes, (tuple, list)) else (nbytes,)
             for b in sizes:
-                if isinstance(b, bool) or not isinstance(b, int) or b < 0:
+                if isinstance(b, bool) or not isinstance(b, numbers.Integral) or b < 0:
                     raise ValueError(f"event {n}: nbytes must be a non-negative integer, got {b!r}")
+            sizes = tuple(int(b) for b in sizes)  # numpy integers (np.int64) as Python ints
             served = False
             for b in sizes:
                 try:
@@ -590,7 +593,8 @@ def _replay(events, mode, limit_bytes, max_split_size, device_bytes):
                 if kind == "try_alloc":
                     failed.add(key)  # the caller falls back to a way that needs no memory
                     continue
-                result.oom, result.oom_event, result.oom_request_bytes = True, n, nbytes
+                result.oom, result.oom_event, result.oom_request_bytes = True, n, (
+                    nbytes if isinstance(nbytes, (tuple, list)) else int(nbytes))
                 break
             failed.discard(key)
             if alloc.allocated > best:

@@ -34,9 +34,12 @@ Two ways to decide whether a batch fits (``METHODS``), one search for both:
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
 ``2*log2(N) + 2`` trials for an answer ``N``. ``largest_batch`` starts by default (``start="auto"``)
-from a guess: the secant through the bytes of batches 1 and 2, refined through the last two
-measured batches (memory is close to affine in the batch); it then searches outward from the guess
-with doubling steps: 4 to 7 trials instead of ~20.
+from a guess: the secant through the bytes of batches 1 and 2 (a larger second batch, x16 at a
+time, when those two reserve the same bytes), refined through the last two measured batches (memory
+is close to affine in the batch); it then searches outward from the guess with doubling steps. The
+answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine in
+the batch), and for the full-scale workloads under 12 and 16 GiB of virtual CUDA, where reserved bytes
+grow in segment steps that blur the secant, 5 to 23 (measured), against 10 to 37 from batch 1.
 """
 from __future__ import annotations
 
@@ -211,7 +214,12 @@ def _guess(probe, budget: int, max_batch: int, second: int = 2, rounds: int = 3)
     if not ok or max_batch == 1:
         return 1
     b0, b1 = 1, min(max(int(second), 2), max_batch)
-    n1 = probe(b1)[1]
+    ok, n1 = probe(b1)[:2]
+    # Small batches can reserve the same bytes (the caching allocator's segments hold them all): no
+    # slope to follow. Step the second batch up (x16) until the bytes grow, while it fits.
+    while ok and n1 is not None and n1 == n0 and b1 < max_batch:
+        b1 = min(b1 * 16, max_batch)
+        ok, n1 = probe(b1)[:2]
     for _ in range(rounds):
         if n0 is None or n1 is None or b1 == b0 or (n1 - n0) * (b1 - b0) <= 0:
             break  # an OOM (no bytes) or memory that does not grow: search from here
@@ -536,11 +544,11 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; allowed: {', '.join(METHODS)}")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real) \
-            or not budget_bytes > 0 or math.isinf(budget_bytes):
-        raise ValueError(f"budget_bytes must be a positive number of bytes, got {budget_bytes!r}")
-    _check_positive_int(max_batch, "max_batch")
+            or not budget_bytes >= 1 or math.isinf(budget_bytes):
+        raise ValueError(f"budget_bytes must be a positive, finite number of bytes, at least 1, got {budget_bytes!r}")
+    _workloads.check_batch(max_batch, "max_batch")  # also: no larger than workloads.MAX_BATCH
     if start != "auto":
-        _check_positive_int(start, "start (or 'auto')")
+        _workloads.check_batch(start, "start (or 'auto')")
     wl = _ownmodel.resolve(workload, scale, inputs)
     name = device.strip().lower() if isinstance(device, str) else str(device)
     virtual = name.startswith("cuda") and not torch.cuda.is_available()

@@ -89,10 +89,14 @@ def _cublaslt_workspace(cublas: int) -> int:
     ``TORCH_CUBLASLT_UNIFIED_WORKSPACE=1`` cuBLASLt uses the cuBLAS workspace (0 extra bytes)."""
     if os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE", "").strip().lower() in ("1", "true", "yes", "on"):
         return 0
+    text = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "").strip() or "1024"
     try:
-        kib = int(os.environ.get("CUBLASLT_WORKSPACE_SIZE", "1024"))
+        kib = int(text)
     except ValueError:
-        kib = 1024
+        kib = -1
+    if kib < 0:
+        raise ValueError(f"CUBLASLT_WORKSPACE_SIZE={text!r}: must be a non-negative whole number of KiB "
+                         "(torch's default 1024); unset it or fix it")
     return kib * 1024
 
 

@@ -18,7 +18,7 @@ import warnings
 import torch
 
 __all__ = ["ALLOWED", "resolve", "describe", "synchronize", "is_cuda", "total_memory",
-           "cpu_budget", "limit_threads", "rng_preserved", "leaves_rng_alone"]
+           "cpu_budget", "limit_threads", "rng_preserved", "leaves_rng_alone", "check_seed", "SEED_RANGE"]
 
 ALLOWED = ("auto", "cpu", "cuda", "cuda:N", "mps")
 _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
@@ -222,6 +222,23 @@ def rng_preserved(device=None):
             # broke it reach the caller rather than this one
             warnings.warn(f"could not restore the GPU's random number generator: {e}",
                           RuntimeWarning, stacklevel=3)
+
+
+#: the seeds nogradlab accepts: a signed 64-bit integer (torch's generators take 64 bits, and the checks
+#: derive a few more seeds from it by adding small offsets)
+SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int; ``ValueError`` naming the range unless it is an integer in :data:`SEED_RANGE`."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {seed!r}")
+    lo, hi = SEED_RANGE
+    if not lo <= seed <= hi:
+        raise ValueError(f"{name} {seed} is out of range; allowed: {lo} to {hi} (a 64-bit signed integer)")
+    return int(seed)
 
 
 def leaves_rng_alone(fn=None, *, device_param: "str | None" = "device"):

@@ -343,6 +343,7 @@ class _LiveTracker(TorchDispatchMode):
         self.per_module: dict = {}
         self.timeline = [] if timeline else None
         self._events = 0
+        self.uncounted: set = set()  # kinds of tensor made whose bytes are not counted (sparse, nested)
 
     def _event(self, label):
         self._events += 1
@@ -412,8 +413,11 @@ class _LiveTracker(TorchDispatchMode):
             if not isinstance(t, torch.Tensor):
                 continue
             st = _storage(t)
-            if st is None:
-                continue
+            if st is None or t.layout != torch.strided:
+                if t.layout != torch.strided or t.is_nested:
+                    self.uncounted.add("nested" if t.is_nested else str(t.layout).replace("torch.", ""))
+                if st is None:
+                    continue
             if st in self.sizes:
                 self._resized(st)
             elif st._cdata not in inputs:  # an alias of an input is not a new allocation
@@ -433,6 +437,54 @@ class _LiveTracker(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             _resize_watch(self, False)
+
+
+class _AllocSeen(TorchDispatchMode):
+    """Entered in another thread's work: notes that it made tensors (nothing else)."""
+
+    def __init__(self, flag: list):
+        super().__init__()
+        self.flag = flag
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
+            self.flag[0] = True
+        return out
+
+
+class _OtherThreads:
+    """While a CPU probe runs: a thread started then (``threading.Thread``) and work a thread pool runs
+    then (``concurrent.futures``) are watched for tensors they make. The storage tracker counts the
+    measuring thread only, so such work makes the report say so. Restored on exit."""
+
+    def __init__(self):
+        self.allocated = [False]
+        self.ident = threading.get_ident()
+
+    def _wrap(self, run):
+        watcher = self
+
+        def run_watched(obj, *a, **k):
+            if threading.get_ident() == watcher.ident:
+                return run(obj, *a, **k)
+            with _AllocSeen(watcher.allocated):
+                return run(obj, *a, **k)
+        return run_watched
+
+    def __enter__(self):
+        import concurrent.futures.thread as cft
+
+        self._saved = [(threading.Thread, "run", threading.Thread.__dict__["run"]),
+                       (cft._WorkItem, "run", cft._WorkItem.__dict__["run"])]
+        for cls, name, fn in self._saved:
+            setattr(cls, name, self._wrap(fn))
+        return self
+
+    def __exit__(self, *exc):
+        for cls, name, fn in self._saved:
+            setattr(cls, name, fn)
+        return False
 
 
 # ``UntypedStorage.resize_`` bypasses the dispatcher (as mem_tracker notes), so it is patched while
@@ -528,6 +580,10 @@ def _lazy_kind(result) -> "str | None":
         return "a coroutine (an awaitable)"
     if inspect.isasyncgen(result):
         return "an async generator"
+    import concurrent.futures
+
+    if isinstance(result, concurrent.futures.Future):
+        return f"a future ({type(result).__name__}, {'done' if result.done() else 'still running'})"
     if isinstance(result, (map, filter, zip)):
         return f"a lazy {type(result).__name__} object"
     if isinstance(result, Iterator) and not isinstance(result, torch.Tensor):
@@ -574,9 +630,18 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
 
         report.notes.append(_lazy_note(kind))
         warnings.warn(f"memory.measure: {_lazy_note(kind)}", LazyResultWarning, stacklevel=3)
+    for note in report.notes:
+        if note.startswith(_UNSEEN):  # bytes the probe could not see: say so where the caller looks
+            import warnings
+
+            warnings.warn(f"memory.measure: {note}", stacklevel=3)
     if return_result:
         return report, result
     return report
+
+
+#: how the notes of bytes a probe could not see begin (other threads, sparse or nested tensors)
+_UNSEEN = ("another thread made tensors", "made ")
 
 
 class LazyResultWarning(UserWarning):
@@ -618,6 +683,7 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
                 live = None
             else:
                 live = stack.enter_context(_LiveTracker(mods, block, timeline))
+            others = stack.enter_context(_OtherThreads()) if method != "allocator" else None
             result = fn()
             torch.set_grad_enabled(grad_enabled)
             if live is not None:
@@ -644,6 +710,13 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
             timeline=(live.timeline if live is not None and timeline else None), label=label)
         if method == "allocator" and timeline:
             report.notes.append("timeline is only kept by the storage method")
+        if live is not None and live.uncounted:
+            report.notes.append(f"made {', '.join(sorted(live.uncounted))} tensor(s), whose bytes are not "
+                                "counted (the storage method sees strided storages only): the report reads low")
+        if others is not None and others.allocated[0]:
+            report.notes.append("another thread made tensors during the call (a thread pool or "
+                                "threading.Thread): the storage method counts the calling thread only, so "
+                                "their bytes are missing; measure the work in the thread that does it")
     finally:
         torch.set_grad_enabled(grad_enabled)
         if gc_enabled:

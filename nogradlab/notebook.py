@@ -56,8 +56,8 @@ def _check_sweep(name: str, value):
         if kind == "count":
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0:
                 raise ValueError(f"{name} must be positive integers (1, 2, ...), got {value!r}")
-        elif isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0:
-            raise ValueError(f"{name} must be positive numbers, got {value!r}")
+        elif isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < float("inf"):
+            raise ValueError(f"{name} must be positive finite numbers, got {value!r}")
     return value
 
 
@@ -85,8 +85,7 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
     """
     dev = _device.resolve(device)
     scale = _workloads.resolve_scale(scale, dev)
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    seed = _device.check_seed(seed)
     for name, value in sweeps.items():
         _check_sweep(name, value)
     torch.manual_seed(int(seed))

@@ -87,14 +87,16 @@ def _names(items, n=4) -> str:
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file beside it: an interrupted or failed write
-    (a full disk) leaves the earlier file as it was."""
+def write_text_atomic(path: Path, text) -> Path:
+    """Write ``text`` (str, or bytes written as they are) to ``path`` through a temporary file beside it,
+    then rename it into place: an interrupted or failed write (a kill, a full disk) leaves the earlier
+    file as it was and no temporary file behind."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

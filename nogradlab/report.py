@@ -30,6 +30,7 @@ from pathlib import Path
 from . import __version__
 from . import claims as _claims
 from . import device as _device
+from . import outdir as _outdir
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
@@ -111,7 +112,9 @@ def _digest_text(text: str) -> str:
 
 def older_rule(ref_claim: dict) -> bool:
     """Whether a reference entry was judged by another rule than this code's (no rule recorded, or
-    a different sentence)."""
+    a different sentence, or a claim this code does not know)."""
+    if ref_claim.get("id") not in _claims.ids():
+        return True
     return (ref_claim.get("rule") or "") != _claims.rule(ref_claim["id"])
 
 
@@ -241,8 +244,7 @@ def write_json(doc: dict, path) -> Path:
     validate(doc)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(doc))
-    return path
+    return _outdir.write_text_atomic(path, dumps(doc))
 
 
 def load_doc(path) -> dict:
@@ -252,24 +254,48 @@ def load_doc(path) -> dict:
     return doc
 
 
+def _reference(p: Path) -> dict:
+    """One reference claims.json, or ``ValueError`` saying why it cannot be shown beside this run."""
+    if not p.is_file():  # a folder, a FIFO (reading it would wait forever), a device, a dangling link
+        raise ValueError("not a regular file" if p.exists() else "no such file")
+    try:
+        doc = load_doc(p)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a claims.json") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e.reason})") from None
+    unknown = sorted({c["id"] for c in doc["claims"]} - set(_claims.ids()))
+    if unknown:
+        raise ValueError(f"unknown claim id(s) {', '.join(unknown)} (this nogradlab knows "
+                         f"{_claims.ids()[0]}..{_claims.ids()[-1]})")
+    return doc
+
+
 def load_references(results_dir, exclude=None) -> list:
     """``[(folder name, doc)]`` for every valid ``results_dir/*/claims.json`` (sorted by folder).
 
-    ``exclude`` is a path not to list (the run itself). Invalid files are skipped with a warning
-    on stderr rather than breaking the report.
+    ``exclude`` is a path not to list (the run itself). A file that cannot be shown (unreadable, not
+    the schema, an unknown claim id, nested too deeply, not a regular file) is skipped with a one-line
+    warning on stderr naming it and the reason, rather than breaking the report; so is a
+    ``results_dir`` that does not exist.
     """
     out = []
     root = Path(results_dir) if results_dir else None
-    if root is None or not root.is_dir():
+    if root is None:
+        return out
+    if not root.is_dir():
+        print(f"warning: no reference runs shown: {str(root)!r} "
+              f"{'is not a folder' if root.exists() else 'does not exist'}", file=sys.stderr)
         return out
     skip = Path(exclude).resolve() if exclude else None
     for p in sorted(root.glob("*/claims.json")):
         if skip is not None and p.resolve() == skip:
             continue
         try:
-            out.append((p.parent.name, load_doc(p)))
+            out.append((p.parent.name, _reference(p)))
         except (ValueError, OSError) as e:
-            print(f"warning: skipping reference {p}: {e}", file=sys.stderr)
+            reason = " ".join(str(e).split())
+            print(f"warning: skipping reference {p}: {reason[:300]}", file=sys.stderr)
     return out
 
 
@@ -661,9 +687,7 @@ def write_html(doc: dict, out_dir, refs=()) -> Path:
     """Write ``out_dir/report.html`` and return its path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "report.html"
-    path.write_text(render_html(doc, refs), encoding="utf-8")
-    return path
+    return _outdir.write_text_atomic(out_dir / "report.html", render_html(doc, refs))
 
 
 def color_default(stream) -> bool:

@@ -152,9 +152,7 @@ def _to_html(ipynb: Path) -> "Path | None":
     exporter = HTMLExporter(template_name="lab", embed_images=True)
     body, _ = exporter.from_notebook_node(nbformat.read(str(ipynb), as_version=4))
     body = offline_html(body)
-    out = ipynb.with_suffix(".html")
-    out.write_text(body, encoding="utf-8")
-    return out
+    return _outdir.write_text_atomic(ipynb.with_suffix(".html"), body)
 
 
 _REMOTE_SCRIPT = re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"'](?:https?:)?//[^>]*>\s*</script>\s*", re.I)
@@ -248,12 +246,15 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     nbs = discover(nb_dir)
     results_dir = Path(results) if results else default_dir("results")
     protect = [nb_dir, results_dir, REPO / "nogradlab"]
+    if Path(out).expanduser().absolute().parent == Path(out).expanduser().absolute():
+        _outdir.prepare(out, protect=protect)  # refuses a filesystem root, naming it
     lock_path = _outdir.lock_path(out)
     if not lock_path.parent.is_dir():  # prepare() creates the missing folders, after its checks
         lock_path = _outdir.prepare(out, protect=protect).lock
     with _outdir.Lock(lock_path, repr(str(lock_path.parent / Path(out).name))):  # a second run stops here
         lay = _outdir.prepare(out, protect=protect)
-        refs = _report.load_references(results_dir)
+        # an explicit --results is read (a misspelled one is warned about); the default only when it exists
+        refs = _report.load_references(results_dir) if results or results_dir.is_dir() else []
         # Ctrl-C and SIGTERM: while notebooks run they stop the run (an interrupt); once the report is being
         # written they are noted and honoured after it, so that no signal can leave half a build behind.
         state = {"phase": "running", "pending": []}
@@ -342,6 +343,8 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         _report.write_html(doc, work, refs)
     except OSError as e:  # a full disk, a folder turned read-only, ...
         write_error = f"could not write the report: {e}"
+    except Exception as e:  # noqa: BLE001 - a bug in the report step: the notebooks' work still lands in .failed
+        write_error = f"could not write the report: {type(e).__name__}: {e}"
     if doc is None:
         doc = {"meta": {"complete": False, "interrupted": bool(interrupted), "notebooks": records, "counts": {}},
                "claims": []}
@@ -395,6 +398,8 @@ def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, pro
     chosen = list(claim_ids) if claim_ids else _claims.ids()
     for c in chosen:
         _claims.get(c)
+    seed = _device.check_seed(seed)
+    _claims.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, not as every check's error
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()

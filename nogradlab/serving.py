@@ -184,7 +184,9 @@ class _ThreadedServer:
 
     def start(self, timeout: float = 30.0):
         if self._thread is not None:
-            raise RuntimeError("server already started")
+            raise RuntimeError("server already started; stop() it before starting it again")
+        self._ready.clear()  # a server that was stopped starts afresh
+        self._error = None
         self._before_start()
         self._thread = threading.Thread(target=self._main, name=self._thread_name, daemon=True)
         self._thread.start()
@@ -226,6 +228,7 @@ class _ThreadedServer:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise RuntimeError("the server thread did not stop")
+            self._thread = None
         self._after_stop()
         self._loop = self._stopping = None
 

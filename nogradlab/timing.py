@@ -356,8 +356,20 @@ def _timer(fn: Callable[[], object], dev: torch.device, threads: int, label: str
                  label=label or None)
 
 
-def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int) -> None:
-    for _ in range(warmup):
+def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int, name: str = "fn") -> None:
+    """``warmup`` untimed calls; the first one's result is looked at (one call is made for that when
+    ``warmup`` is 0): lazy work (a generator, an iterator, a future) warns, since timing it times
+    only the call that built it."""
+    from .memory import LazyResultWarning, _lazy_kind
+
+    kind = _lazy_kind(fn())
+    if kind is not None:
+        import warnings
+
+        warnings.warn(f"timing: {name} returned {kind}: its work runs only when the result is consumed, "
+                      f"so the time measured is just the call that built it; time lambda: list(...) of it "
+                      f"(or .result() of a future) instead", LazyResultWarning, stacklevel=4)
+    for _ in range(warmup - 1):
         fn()
     if dev.type in ("cuda", "mps"):
         _device.synchronize(dev)
@@ -506,7 +518,7 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     with _preserved_state(threads):
         timers = {n: _timer(cases[n], dev, threads, n) for n in names}
         for n in names:
-            _warm_up(cases[n], dev, warmup)
+            _warm_up(cases[n], dev, warmup, f"case {n!r}")
         number = {n: _calibrate(timers[n], target) for n in names}
 
         round_iter = range(rounds)

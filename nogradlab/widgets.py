@@ -714,6 +714,14 @@ def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = N
 # budget explorer
 
 
+def _check_budget_gib(budget_gib) -> None:
+    """A positive, finite number of GiB that is at least one byte; ``ValueError`` otherwise."""
+    if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
+            and 0 < budget_gib < float("inf") and budget_gib * 2 ** 30 >= 1):
+        raise ValueError(f"budget_gib must be a positive, finite number of GiB (at least one byte), "
+                         f"got {budget_gib!r}")
+
+
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
                     method: str = "estimate", on_step=None, cache=None,
                     allocator: "str | None" = None) -> BudgetResult:
@@ -726,9 +734,7 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
 
     from .batch import largest_batch
 
-    if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
-            and budget_gib > 0):
-        raise ValueError(f"budget_gib must be a positive number of GiB, got {budget_gib!r}")
+    _check_budget_gib(budget_gib)
     budget = int(budget_gib * 2**30)
     start = _time.perf_counter()
     results = {}
@@ -831,9 +837,7 @@ def budget_explorer(workload: str = "resnet50", scale: str = "full", device: str
     if scale not in _workloads.SCALES:
         raise ValueError(f"unknown scale {scale!r}; allowed: {', '.join(_workloads.SCALES)}")
     dev = _check_budget_device(device)
-    if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
-            and budget_gib > 0):
-        raise ValueError(f"budget_gib must be a positive number of GiB, got {budget_gib!r}")
+    _check_budget_gib(budget_gib)
     from .batch import METHODS, MODES
 
     modes = (modes,) if isinstance(modes, str) else tuple(modes)

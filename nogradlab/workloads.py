@@ -120,10 +120,20 @@ def names() -> tuple[str, ...]:
     return tuple(_PARAMS)
 
 
-def check_batch(batch) -> int:
-    """``batch`` as an int; ``ValueError`` unless it is a positive integer (bools refused)."""
+#: the largest batch nogradlab computes with: the byte counts of a step at that batch stay well inside
+#: int64 for every workload (the largest, transformer_base at full scale, needs about 0.9 GB per sample
+#: in a training step: 2**30 samples make 2**60 bytes), so nothing wraps around or overflows in torch
+MAX_BATCH = 2 ** 30
+
+
+def check_batch(batch, name: str = "batch") -> int:
+    """``batch`` as an int; ``ValueError`` unless it is a positive integer (bools refused) no larger
+    than :data:`MAX_BATCH`."""
     if isinstance(batch, bool) or not isinstance(batch, numbers.Integral) or batch <= 0:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        raise ValueError(f"{name} must be a positive integer, got {batch!r}")
+    if batch > MAX_BATCH:
+        raise ValueError(f"{name} {batch} is beyond the byte arithmetic of an estimate (int64); the largest "
+                         f"supported batch is {MAX_BATCH} (2**30)")
     return int(batch)
 
 

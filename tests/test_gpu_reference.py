@@ -116,3 +116,99 @@ def test_reference_run_searches_every_batch_for_real():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.REFERENCE_PARAMS["C04"]["real_search"] == "all" == mod.REFERENCE_PARAMS["C09"]["real_search"]
+
+
+# -- issue 17: --resume keeps every earlier measurement, bad inputs are refused before any work ----------
+
+def _load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_reference_inproc", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _copy(folder, dst):
+    import shutil
+
+    return Path(shutil.copytree(folder, dst / folder.name))
+
+
+def _resume_args(folder, out):
+    return ["--device", "cpu", "--scale", "tiny", "--out", str(out), "--claims", "C06,C09",
+            "--workloads", "mlp", "--time-budget", "0", "--resume", str(folder / "claims.json")]
+
+
+def test_finding2_resume_keeps_every_earlier_section(rehearsal, tmp_path):
+    _, first = rehearsal
+    folder = _copy(first, tmp_path)
+    before = json.loads((folder / "gpu_reference.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in report.load_doc(folder / "claims.json")["claims"]}
+    p = _run(*_resume_args(folder, tmp_path))  # a short budget: nothing left to measure in it
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "kept from" in p.stdout and "6 largest-batch rows kept" in p.stdout
+    assert "x)" not in p.stdout.split("4. claims")[0]  # no row of section 3 was measured again
+    after = json.loads((folder / "gpu_reference.json").read_text())
+    assert after["largest_batch"] == before["largest_batch"] and len(after["largest_batch"]) == 6
+    assert after["estimate_vs_real"] == before["estimate_vs_real"]
+    md = (folder / "summary.md").read_text()
+    assert "skipped: not run" not in md and "| mlp |" in md
+    doc = report.load_doc(folder / "claims.json")
+    assert {c["id"]: c["verdict"] for c in doc["claims"]} == verdicts and None not in verdicts.values()
+
+
+def _doctored(folder, tmp_path, **meta):
+    folder = _copy(folder, tmp_path)
+    doc = json.loads((folder / "claims.json").read_text())
+    doc["meta"].update(meta)
+    (folder / "claims.json").write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("meta, words", [({"machine": "cuda-nvidia-h200"}, "another machine's run"),
+                                         ({"scale": "full"}, "ran at scale full"),
+                                         ({"torch": "1.0.0"}, "ran with torch 1.0.0")])
+def test_finding3_a_mismatched_resume_is_refused_before_any_work(rehearsal, tmp_path, meta, words):
+    folder = _doctored(rehearsal[1], tmp_path, **meta)
+    before = (folder / "claims.json").read_bytes()
+    p = _run(*_resume_args(folder, tmp_path / "out"), timeout=60)
+    assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "1. probes" not in p.stdout and not (tmp_path / "out").exists()
+    assert (folder / "claims.json").read_bytes() == before
+
+
+def test_finding9_unreadable_resume_and_merge_inputs_exit_2(rehearsal, tmp_path):
+    good = rehearsal[1] / "claims.json"
+    trunc = tmp_path / "trunc.json"
+    trunc.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
+    other = _doctored(rehearsal[1], tmp_path, machine="cuda-x", scale="full") / "claims.json"
+    cases = [("--resume", [trunc], "not a readable claims.json"),
+             ("--resume", [tmp_path / "missing.json"], "no such file"),
+             ("--resume", [tmp_path], "not a regular file"),
+             ("--merge", [good, trunc], "not a readable claims.json"),
+             ("--merge", [good, tmp_path / "missing.json"], "no such file"),
+             ("--merge", [good, other], "cannot merge runs of different machines")]
+    for flag, files, words in cases:
+        extra = ["--device", "cpu", "--scale", "tiny"] if flag == "--resume" else []
+        p = _run(*extra, "--out", str(tmp_path / "out"), flag, *map(str, files), timeout=60)
+        assert p.returncode == 2 and words in p.stderr and "Traceback" not in p.stderr, (flag, p.stderr)
+        assert "1. probes" not in p.stdout and not (tmp_path / "out").exists()
+
+
+def test_finding1_a_full_disk_or_a_failed_rename_keeps_every_earlier_file(rehearsal, tmp_path, monkeypatch,
+                                                                          capsys):
+    import errno
+    import os
+
+    folder = _copy(rehearsal[1], tmp_path)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    mod = _load_script()
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="No space left"):
+        mod.main(_resume_args(folder, tmp_path))
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no temporary file left either

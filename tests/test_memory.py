@@ -375,3 +375,24 @@ def test_measure_modes(chain):
     with pytest.raises(ValueError, match="model="):
         memory.measure_modes(lambda: ran.append(1), ("eval+grad",))
     assert not ran  # refused before anything ran
+
+
+# issue 17, finding 7: sizes beyond int64 byte arithmetic are refused before any work, naming the largest
+@pytest.mark.parametrize("b", [2 ** 30 + 1, 2 ** 52, 2 ** 63])
+@pytest.mark.parametrize("dev", ["cpu", "cuda"])
+def test_issue17_batches_beyond_int64_arithmetic_are_refused(b, dev, monkeypatch):
+    from nogradlab import batch, workloads
+
+    monkeypatch.setattr(workloads.Workload, "build", lambda *a, **k: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=r"largest supported batch is 1073741824"):
+        memory.estimate("mlp", b, dev)
+    for kw in ({"max_batch": b}, {"start": b}):
+        with pytest.raises(ValueError, match=r"largest supported batch is 1073741824"):
+            batch.largest_batch("mlp", "train", 2 ** 40, dev, method="estimate", **kw)
+
+
+def test_issue17_the_largest_supported_batch_does_not_wrap_around():
+    # the largest workload's training step at the largest batch: exact and inside int64
+    one = memory.estimate("transformer_base", 1, "cpu", step="train", scale="full").total_peak_bytes
+    big = memory.estimate("transformer_base", 2 ** 30, "cpu", step="train", scale="full").total_peak_bytes
+    assert one < big < 2 ** 63 and big > 2 ** 29 * one

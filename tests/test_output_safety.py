@@ -303,3 +303,123 @@ def test_executed_notebook_pages_open_offline(tmp_path):
     remote = re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"'](?:https?:)?//[^\"']*", page)
     assert remote == []
     assert "https://pytorch.org/docs/stable/" in page  # a link in the text is not a resource
+
+
+# -- issue 17, finding 1: a kill or a full disk during a write keeps the earlier file ----------------------
+
+_WRITERS = {  # what writes results/<machine>/claims.json, a --json file, build/report.html, a notebook page
+    "write_json": "report.write_json(doc, target)",
+    "json_file": "outdir.write_text_atomic(target, report.dumps(doc))",
+    "write_html": "report.write_html(doc, target.parent)",
+}
+
+
+def _earlier(tmp_path, kind):
+    from test_report import fake_doc
+
+    doc = fake_doc()
+    target = tmp_path / ("report.html" if kind == "write_html" else "claims.json")
+    if kind == "write_html":
+        report.write_html(doc, tmp_path)
+    else:
+        report.write_json(doc, target)
+    return target, target.read_bytes()
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITERS))
+def test_issue17_sigkill_mid_write_leaves_the_earlier_file_intact(tmp_path, kind):
+    target, before = _earlier(tmp_path, kind)
+    # the child writes a new version and is killed with SIGKILL after the bytes are written, before the
+    # rename (os.fsync is where it waits)
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+from pathlib import Path
+from nogradlab import outdir, report
+from test_report import fake_doc
+doc = fake_doc(skip={{"C01"}})
+target = Path({str(target)!r})
+def stall(fd):
+    print("writing", flush=True)
+    time.sleep(60)
+os.fsync = stall
+{_WRITERS[kind]}
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert p.stdout.readline().strip() == "writing"
+        tmp_files = [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")]
+        assert tmp_files and tmp_files[0].stat().st_size > 0  # the new text is on its way
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+    assert target.read_bytes() == before
+    if kind != "write_html":
+        report.load_doc(target)  # still parses and follows the schema
+
+
+@pytest.mark.parametrize("kind", sorted(_WRITERS))
+def test_issue17_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, kind, monkeypatch):
+    import errno
+
+    from test_report import fake_doc
+
+    target, before = _earlier(tmp_path, kind)
+    doc = fake_doc(skip={"C01"})
+    written = []
+
+    def full(fd):  # part of the data reached the temporary file, then the disk filled up
+        written.append(os.fstat(fd).st_size)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        eval(_WRITERS[kind], {"report": report, "outdir": outdir, "doc": doc, "target": target})
+    assert written and written[0] > 0
+    assert target.read_bytes() == before
+    assert sorted(f.name for f in tmp_path.iterdir()) == [target.name]  # no temporary file left behind
+
+
+# -- issue 17, finding 4: a bad reference never costs the run its output ----------------------------------
+
+def _unknown_reference(tmp_path):
+    from test_report import fake_reference
+
+    refs_dir, ref = fake_reference(tmp_path)
+    path = refs_dir / ref["meta"]["machine"] / "claims.json"
+    doc = json.loads(path.read_text())
+    doc["claims"][0]["id"] = "C99"
+    path.write_text(json.dumps(doc))
+    return refs_dir
+
+
+def test_issue17_a_reference_with_an_unknown_claim_is_skipped_by_run_and_claims(tmp_path, capsys):
+    refs = _unknown_reference(tmp_path)
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+    argv = run_args(nbs, out, tmp_path)
+    argv[argv.index("--results") + 1] = str(refs)
+    assert main(argv) == 0
+    assert "skipping reference" in capsys.readouterr().err and (out / "report.html").exists()
+    f = tmp_path / "c.json"
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C30", "--json", str(f),
+               "--results", str(refs), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "unknown claim id(s) C99" in err and "Traceback" not in err
+    assert report.load_doc(f)["claims"][0]["id"] == "C30"
+
+
+def test_issue17_a_crash_in_the_report_step_still_leaves_failed_and_failed_txt(tmp_path, monkeypatch, capsys):
+    nbs, out = good_notebooks(tmp_path), tmp_path / "build"
+
+    def broken(doc, folder, refs=()):
+        raise ValueError("a bug in the report step")
+
+    monkeypatch.setattr(runner._report, "write_html", broken)
+    assert main(run_args(nbs, out, tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "a bug in the report step" in err and "Traceback" not in err
+    failed = tmp_path / "build.failed"
+    assert "ValueError: a bug in the report step" in (failed / "FAILED.txt").read_text()
+    assert (failed / "notebooks" / "01_fake_ledger.ipynb").exists() and not (tmp_path / "build.partial").exists()

@@ -140,3 +140,87 @@ def test_rng_preserved_saves_only_what_exists():
     with device.rng_preserved(None):
         torch.rand(3)
     assert device.leaves_rng_alone(lambda device=None: torch.rand(1))(device="cpu").shape == (1,)
+
+
+# --- issue 17, finding 5: the timers do not time lazy work as if it were done ------------------------------
+
+def _pool_future():
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        yield lambda: pool.submit(lambda: torch.ones(10 ** 5).sum())
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("make, kind", [
+    (lambda m, x: (m(x) for _ in range(1)), "a generator"),
+    (lambda m, x: iter([x]), "an iterator"),
+    (lambda m, x: map(m, [x]), "lazy map"),
+    ("future", "a future"),
+])
+def test_issue17_timers_warn_on_lazy_results(make, kind):
+    m, x = torch.nn.Linear(64, 64), torch.ones(8, 64)
+    futures = _pool_future()
+    lazy = next(futures) if make == "future" else (lambda: make(m, x))
+    try:
+        with pytest.warns(memory.LazyResultWarning, match="consumed") as w:
+            timing.compare({"eager": lambda: m(x), "lazy": lazy}, rounds=2, min_run_time=0.002, warmup=1)
+        assert kind in str(w[0].message) and "case 'lazy'" in str(w[0].message)
+        assert w[0].filename == __file__ and len(w) == 1
+        for warmup in (0, 2):
+            with pytest.warns(memory.LazyResultWarning, match=kind):
+                timing.measure(lazy, min_run_time=0.002, warmup=warmup)
+    finally:
+        futures.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        timing.measure(lambda: list(make(m, x)) if make != "future" else m(x), min_run_time=0.002)
+
+
+# --- issue 17, finding 6: memory.measure says what it cannot see ---------------------------------------------
+
+def _in_a_pool():
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    pool.submit(lambda: None).result()  # the worker thread exists before the call
+    return (lambda: pool.submit(lambda: torch.ones(10 ** 6).sum()).result()), pool.shutdown
+
+
+def _in_a_thread():
+    import threading
+
+    def fn():
+        t = threading.Thread(target=lambda: torch.ones(10 ** 6).sum())
+        t.start()
+        t.join()
+    return fn, lambda: None
+
+
+@pytest.mark.parametrize("make", [_in_a_pool, _in_a_thread])
+def test_issue17_work_in_other_threads_is_named_not_reported_as_zero(make):
+    import concurrent.futures.thread as cft
+    import threading
+
+    before = (threading.Thread.run, cft._WorkItem.run)
+    fn, done = make()
+    try:
+        with pytest.warns(UserWarning, match="another thread made tensors") as w:
+            r = memory.measure(fn, "cpu")
+        assert w[0].filename == __file__
+        assert any("another thread" in n for n in r.notes)
+    finally:
+        done()
+    assert (threading.Thread.run, cft._WorkItem.run) == before  # the watch is removed again
+    with warnings.catch_warnings():  # the same work in the calling thread: counted, no note
+        warnings.simplefilter("error")
+        r = memory.measure(lambda: torch.ones(10 ** 6).sum(), "cpu")
+    assert r.peak_bytes >= 4 * 10 ** 6 and r.notes == []
+
+
+def test_issue17_sparse_tensors_are_named_as_not_counted(capsys):
+    with pytest.warns(UserWarning, match="sparse_coo"):
+        r = memory.measure(lambda: torch.ones(10 ** 5).to_sparse(), "cpu")
+    assert any("sparse_coo" in n and "not counted" in n for n in r.notes)

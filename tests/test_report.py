@@ -1,6 +1,7 @@
 """claims.json (schema) and report.html (self-contained, readable in a real browser), from fake results:
 no notebook and no claim check runs here."""
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -204,3 +205,32 @@ def test_committed_reference_results_follow_the_schema():
         assert path.parent.name == doc["meta"]["machine"], path
         assert doc["meta"]["complete"], f"{path}: only complete runs belong in results/"
         assert [c["id"] for c in doc["claims"]] == claims.ids(), path
+
+
+def test_issue17_finding4_unreadable_or_unknown_references_are_skipped_with_a_reason(tmp_path, capsys):
+    refs_dir, ref = fake_reference(tmp_path)
+    unknown = json.loads((refs_dir / ref["meta"]["machine"] / "claims.json").read_text())
+    unknown["claims"][0]["id"] = "C99"
+    report.validate(unknown)  # the schema allows it: only this code's registry does not know C99
+    for name, write in {"unknown": lambda p: p.write_text(json.dumps(unknown)),
+                        "deep": lambda p: p.write_text("[" * 100000 + "]" * 100000),
+                        "fifo": lambda p: os.mkfifo(p),
+                        "folder": lambda p: p.mkdir(),
+                        "binary": lambda p: p.write_bytes(b"\xff\xfe\x00")}.items():
+        (refs_dir / name).mkdir()
+        write(refs_dir / name / "claims.json")
+    refs = report.load_references(refs_dir)  # a FIFO is never opened (reading it would wait forever)
+    assert [name for name, _ in refs] == [ref["meta"]["machine"]]
+    err = capsys.readouterr().err.splitlines()
+    why = {line.split("/")[-2]: line for line in err if line.startswith("warning: skipping reference")}
+    assert sorted(why) == ["binary", "deep", "fifo", "folder", "unknown"] and len(err) == 5
+    assert "unknown claim id(s) C99" in why["unknown"] and "nested too deeply" in why["deep"]
+    assert "not a regular file" in why["fifo"] and "not a regular file" in why["folder"]
+    assert "not UTF-8" in why["binary"]
+    report.terminal_table(fake_doc(), [("m", unknown)])  # and a caller's own such reference does not crash it
+    assert report.older_rule({"id": "C99", "rule": "x"})
+
+
+def test_issue17_finding10_a_misspelled_results_folder_is_warned_about(tmp_path, capsys):
+    assert report.load_references(tmp_path / "resluts") == []
+    assert "does not exist" in capsys.readouterr().err

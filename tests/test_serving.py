@@ -107,3 +107,18 @@ def test_c25_is_not_testable_but_measures_the_mechanism():
     assert len(r.evidence["series"]["grad"]["request"]) == 3
     json_ok = r.to_dict()
     assert json_ok["evidence"]["statistic"]["testable"] is False
+
+
+def test_issue17_a_stopped_server_starts_again():
+    srv = serving.InferenceServer("no_grad")
+    for _ in range(2):
+        srv.start()
+        try:
+            with urllib.request.urlopen(srv.url, timeout=10) as resp:
+                assert resp.status == 200
+            with pytest.raises(RuntimeError, match="already started"):
+                srv.start()
+        finally:
+            srv.stop()
+        assert not srv.running
+    assert _server_threads() == []

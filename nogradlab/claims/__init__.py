@@ -24,6 +24,7 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -33,7 +34,7 @@ from .. import workloads as _workloads
 
 __all__ = ["VERDICTS", "KINDS", "Claim", "Result", "Context", "ids", "get", "all_claims", "check",
            "check_all", "claim_check", "NOTEBOOKS", "results_table", "band_verdict", "rule", "new_run",
-           "format_ratio", "format_saved"]
+           "format_ratio", "format_saved", "ledger_path"]
 
 VERDICTS = ("holds", "does not hold", "depends", "not testable")
 KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced statistic",
@@ -352,8 +353,8 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     claim = get(claim_id)
     dev = _device.resolve(device)
     scale = _workloads.resolve_scale(scale, dev)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    seed = _device.check_seed(seed)
+    ledger_path()  # a bad NOGRADLAB_LEDGER fails here, before the check runs
     _load_checks()
     fn = _CHECKS.get(claim_id)
     if fn is None:
@@ -378,8 +379,30 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     return result
 
 
-def _append_to_ledger(result: Result) -> None:
+def ledger_path() -> "str | None":
+    """The file ``NOGRADLAB_LEDGER`` names (None when unset or empty); ``ValueError`` naming the variable
+    when results cannot be appended there (a folder, a missing folder, not a regular file)."""
     path = os.environ.get("NOGRADLAB_LEDGER")
+    if not path:
+        return None
+    p = Path(path)
+    why = None
+    if p.is_dir():
+        why = "is a folder"
+    elif p.exists() and not p.is_file():
+        why = "is not a regular file"
+    elif not p.parent.is_dir():
+        why = f"is in a folder that does not exist ({str(p.parent)!r})"
+    elif not os.access(p if p.exists() else p.parent, os.W_OK):
+        why = "is not writable"
+    if why:
+        raise ValueError(f"NOGRADLAB_LEDGER={path!r} {why}; set it to a JSON-lines file (it is appended to) "
+                         f"or unset it")
+    return path
+
+
+def _append_to_ledger(result: Result) -> None:
+    path = ledger_path()
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(result.to_dict()) + "\n")
