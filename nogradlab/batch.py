@@ -34,12 +34,16 @@ Two ways to decide whether a batch fits (``METHODS``), one search for both:
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
 ``2*log2(N) + 2`` trials for an answer ``N``. ``largest_batch`` starts by default (``start="auto"``)
-from a guess: the secant through the bytes of batches 1 and 2 (a larger second batch, x16 at a
-time, when those two reserve the same bytes), refined through the last two measured batches (memory
-is close to affine in the batch); it then searches outward from the guess with doubling steps. The
-answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine in
-the batch), and for the full-scale workloads under 12 and 16 GiB of virtual CUDA, where reserved bytes
-grow in segment steps that blur the secant, 5 to 23 (measured), against 10 to 37 from batch 1.
+from a guess. For an estimate on a (virtual) CUDA device the answer is bracketed first, between the
+batch whose allocated peak reaches the budget (nothing larger fits) and the batch whose uncapped
+reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_bracketed`). Elsewhere
+(CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
+second batch, x16 at a time, when those two reserve the same bytes), refined through the last two
+measured batches (memory is close to affine in the batch); the search then steps outward from it.
+The answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine
+in the batch), and for the full-scale workloads under 12 and 16 GiB of virtual CUDA 5 to 24
+(measured: 266 trials for the 24 searches, against 400 with the secant alone; ResNet-50's no_grad
+forward 6, against 21).
 """
 from __future__ import annotations
 
@@ -274,6 +278,14 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
     low = _secant(pts, 1, b2, g, budget, max_batch)
     if low is not None and low not in pts:
         pts[low] = probe(low)
+        gap = max(g - low, 1)
+        for _ in range(3):  # a segment's rounding can put the lower end just past the cap: step down
+            if pts[low][0] or low <= 1:
+                break
+            low = max(low - gap, 1)
+            gap *= 2
+            if low not in pts:
+                pts[low] = probe(low)
     lo = max((b for b, ok in known.items() if ok), default=None)
     hi = min((b for b, ok in known.items() if not ok), default=None)
     if lo is None or hi is None or hi <= lo:

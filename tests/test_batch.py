@@ -327,10 +327,12 @@ def test_real_search_reports_bytes_left_allocated(monkeypatch):
 
 def test_issue17_the_guess_survives_batches_that_reserve_the_same_bytes():
     # on virtual CUDA batches 1 and 2 of the MLP reserve the same bytes (one segment holds both): the
-    # secant had no slope and the search stepped up from batch 2 (37 trials); same answer, fewer trials
+    # secant had no slope and the search stepped up from batch 2 (37 trials); the bracket between the
+    # allocated and the reserved lines finds the same answer in fewer (a trial count is not a speed:
+    # it is the same on every machine)
     kw = dict(scale="full", method="estimate", max_batch=2 ** 22)
     r = batch.largest_batch("mlp", "grad", 12 * 2 ** 30, "cuda", **kw)
     assert r.bytes_at(1) == r.bytes_at(r.trials[1][0]) or r.trials[1][0] == 2
     plain = batch.largest_batch("mlp", "grad", 12 * 2 ** 30, "cuda", start=1, **kw)
     assert r.batch == plain.batch > 0
-    assert len(r.trials) <= 16 < len(plain.trials)
+    assert len(r.trials) <= 18 < len(plain.trials)
