@@ -40,8 +40,9 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import time
 import timeit
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
 import logging
@@ -65,6 +66,7 @@ __all__ = [
     "Comparison",
     "measure",
     "compare",
+    "resolves",
     "bootstrap_speedup",
     "format_seconds",
     "bootstrap_ratio",
@@ -200,6 +202,16 @@ class Comparison:
     threads: int
     seed: "int | None" = 0
     orders: list[tuple[str, ...]] = field(default_factory=list)
+    #: why the rounds stopped: "rounds" (the fixed number asked for), "decided" (``until`` said the
+    #: intervals were narrow enough), "time budget" or "max rounds" (``until`` had not said so yet:
+    #: what rests on these intervals is provisional)
+    stopped: str = "rounds"
+    seconds: float = 0.0  # wall time of the rounds (calibration and warm-up not included)
+
+    @property
+    def decided(self) -> bool:
+        """False when an adaptive comparison ran out of time or rounds before ``until`` held."""
+        return self.stopped in ("rounds", "decided")
 
     def time_saved(self, name: str) -> float:
         """Fraction of the baseline's runtime that ``name`` saves: ``1 - median(name)/median(baseline)``.
@@ -244,6 +256,8 @@ class Comparison:
             "device": self.device,
             "threads": self.threads,
             "seed": self.seed,
+            "stopped": self.stopped,
+            "seconds": self.seconds,
             "confidence": CONFIDENCE,
             "orders": [list(o) for o in self.orders],
             "cases": {
@@ -259,8 +273,11 @@ class Comparison:
         }
 
     def __str__(self) -> str:
+        why = {"rounds": "", "decided": " (stopped: intervals decided)",
+               "time budget": " (stopped by its time budget: undecided)",
+               "max rounds": " (stopped at its most rounds: undecided)"}.get(self.stopped, "")
         header = (f"{len(self.timings)} cases on {self.device}, {self.threads} threads, "
-                  f"{self.rounds} interleaved rounds; baseline {self.baseline!r}; "
+                  f"{self.rounds} interleaved rounds{why}; baseline {self.baseline!r}; "
                   f"{CONFIDENCE:.0%} paired-bootstrap CI")
         unit = _unit_for(min(t.median for t in self.timings.values()))
         rows = [("case", "median", "IQR", "calls", "speedup", f"{CONFIDENCE:.0%} CI", "time saved",
@@ -469,7 +486,9 @@ def _calibrate(timer: Timer, target: float) -> int:
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
 def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = None, device=None,
             rounds: int = 20, min_run_time: float = 0.5, warmup: int = 3, seed: "int | None" = 0,
-            num_threads: "int | None" = None, progress: bool = False) -> Comparison:
+            num_threads: "int | None" = None, progress: bool = False,
+            until: "Callable[[Comparison], bool] | None" = None, max_rounds: "int | None" = None,
+            time_budget: "float | None" = None) -> Comparison:
     """Time several no-argument functions against each other, interleaved, and report speedups.
 
     1. Every case is called ``warmup`` times (untimed).
@@ -484,6 +503,14 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
 
     ``min_run_time`` is the timed seconds per case in total. ``progress=True`` shows a tqdm bar over
     the rounds. Grad mode and the torch thread count are as before afterwards, also on error.
+
+    **Stopping when it knows enough.** With ``until`` (a function of the comparison so far, true when
+    its intervals are narrow enough for the question asked: :func:`resolves` builds one from a
+    rule's band edges), ``rounds`` is the minimum: after it, and after every further block of
+    ``max(2, rounds // 2)`` rounds, ``until`` is asked; rounds go on while it says no, until
+    ``max_rounds`` (default ``4 * rounds``) or until the rounds have taken ``time_budget`` seconds
+    (default: no limit). ``stopped`` says which of the three ended it ("decided", "max rounds",
+    "time budget"); a fixed comparison (no ``until``) says "rounds". The same protocol on CPU and GPU.
     """
     if not isinstance(cases, Mapping):
         raise ValueError("cases must be a non-empty dict mapping names to functions, got "
@@ -509,6 +536,11 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     threads = _check_threads(num_threads)
     dev = _resolve_device(device)
+    if until is not None and not callable(until):
+        raise ValueError(f"until must be a function of the comparison so far, got {type(until).__name__}")
+    max_rounds = rounds * 4 if max_rounds is None else _check_int("max_rounds", max_rounds, rounds)
+    if time_budget is not None:
+        time_budget = _check_positive_number("time_budget", time_budget)
 
     k = len(names)
     target = min_run_time / rounds
@@ -521,26 +553,77 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
             _warm_up(cases[n], dev, warmup, f"case {n!r}")
         number = {n: _calibrate(timers[n], target) for n in names}
 
-        round_iter = range(rounds)
+        bar = None
         if progress:
             from tqdm.auto import tqdm
-            round_iter = tqdm(round_iter, desc="rounds", total=rounds)
-        try:
-            for r in round_iter:
-                order = tuple(names[(r + j) % k] for j in range(k))
-                orders.append(order)
-                for n in order:
-                    m = timers[n].timeit(number[n])
-                    samples[n].append(m.raw_times[0] / number[n])
-        finally:
-            if progress:
-                round_iter.close()
+            bar = tqdm(desc="rounds", total=rounds if until is None else max_rounds)
 
+        def one_round(r):
+            order = tuple(names[(r + j) % k] for j in range(k))
+            orders.append(order)
+            for n in order:
+                m = timers[n].timeit(number[n])
+                samples[n].append(m.raw_times[0] / number[n])
+            if bar is not None:
+                bar.update(1)
+
+        stopped, block = "rounds", max(2, rounds // 2)
+        t0 = time.perf_counter()
+        try:
+            for r in range(rounds):
+                one_round(r)
+            if until is not None:
+                while True:
+                    if until(_comparison(samples, number, names, baseline, threads, dev, seed, orders)):
+                        stopped = "decided"
+                        break
+                    if len(orders) >= max_rounds:
+                        stopped = "max rounds"
+                        break
+                    if time_budget is not None and time.perf_counter() - t0 >= time_budget:
+                        stopped = "time budget"
+                        break
+                    for _ in range(min(block, max_rounds - len(orders))):
+                        one_round(len(orders))
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - t0
+
+    out = _comparison(samples, number, names, baseline, threads, dev, seed, orders)
+    out.stopped, out.seconds = stopped, round(seconds, 4)
+    return out
+
+
+def _comparison(samples, number, names, baseline, threads, dev, seed, orders) -> Comparison:
     timings = {n: Timing.from_samples(samples[n], number[n], label=n, threads=threads,
                                       device=str(dev)) for n in names}
     speedup, ci = bootstrap_speedup(samples, baseline, seed=seed)
-    return Comparison(timings=timings, baseline=baseline, speedup=speedup, ci=ci, rounds=rounds,
-                      device=str(dev), threads=threads, seed=seed, orders=orders)
+    return Comparison(timings=timings, baseline=baseline, speedup=speedup, ci=ci, rounds=len(orders),
+                      device=str(dev), threads=threads, seed=seed, orders=list(orders))
+
+
+def resolves(edges: "Mapping[str, Iterable[float]] | Iterable[float]", *, min_width: float = 0.0):
+    """An ``until`` for :func:`compare`: true once no case's speedup interval straddles one of its
+    ``edges`` (speedups: 1.25 is "25 % faster"; a band of time saved ``(a, b)`` has the edges
+    ``1/(1-a)`` and ``1/(1-b)``), or is narrower than ``min_width`` (an interval that small around an
+    edge will not leave it soon: more rounds would not decide). ``edges`` is one list for every case
+    but the baseline, or ``{case: [edges]}`` for the cases named."""
+    per_case = dict(edges) if isinstance(edges, Mapping) else None
+    common = None if per_case is not None else [float(e) for e in edges]
+
+    def until(cmp: Comparison) -> bool:
+        for name, (low, high) in cmp.ci.items():
+            if name == cmp.baseline:
+                continue
+            es = common if per_case is None else per_case.get(name, ())
+            if high - low < min_width:
+                continue
+            if any(low < e < high for e in es):
+                return False
+        return True
+
+    return until
 
 
 # --------------------------------------------------------------------------------------------

@@ -284,3 +284,64 @@ def test_compare_threads_and_progress():
     assert c.threads == 1 and all(t.threads == 1 for t in c.timings.values())
     assert seen == {1}
     assert torch.get_num_threads() == before
+
+
+# -- stopping when it knows enough (issue 15) --------------------------------------------------------
+
+def _two():
+    return {"a": lambda: sum(range(50)), "b": lambda: sum(range(60))}
+
+
+def test_compare_fixed_rounds_say_so():
+    c = compare(_two(), rounds=4, **FAST)
+    assert c.rounds == 4 and c.stopped == "rounds" and c.decided and len(c.orders) == 4
+    assert c.to_dict()["stopped"] == "rounds"
+
+
+def test_compare_stops_as_soon_as_until_decides():
+    seen = []
+    c = compare(_two(), rounds=6, until=lambda cmp: seen.append(cmp.rounds) or True, **FAST)
+    assert c.stopped == "decided" and c.decided and c.rounds == 6 and seen == [6]
+
+
+def test_compare_goes_on_in_blocks_until_its_most_rounds():
+    seen = []
+    c = compare(_two(), rounds=6, max_rounds=14, until=lambda cmp: seen.append(cmp.rounds) or False, **FAST)
+    # asked after the minimum, then after each block of rounds // 2; the last block is cut to fit
+    assert seen == [6, 9, 12, 14] and c.rounds == 14 and c.stopped == "max rounds" and not c.decided
+    assert len(c.timings["a"].times) == 14 and "undecided" in str(c)
+
+
+def test_compare_time_budget_ends_the_rounds_and_says_so():
+    # a budget that the minimum rounds alone exceed: no block is added, and the result says why
+    c = compare(_two(), rounds=4, max_rounds=10 ** 6, time_budget=1e-9, until=lambda cmp: False, **FAST)
+    assert c.rounds == 4 and c.stopped == "time budget" and not c.decided
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(until=3), "until must be a function"),
+    (dict(until=lambda c: True, max_rounds=2), "max_rounds must be"),
+    (dict(until=lambda c: True, time_budget=0), "time_budget must be a positive"),
+])
+def test_compare_adaptive_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        compare(_two(), rounds=4, **FAST, **kwargs)
+
+
+def _cmp_with(ci: dict) -> Comparison:
+    t = Timing.from_samples([1.0, 1.0], 1, label="x", threads=1, device="cpu")
+    return Comparison(timings={k: t for k in ci}, baseline="grad", speedup={k: 1.0 for k in ci}, ci=ci,
+                      rounds=2, device="cpu", threads=1)
+
+
+def test_resolves_waits_while_an_interval_straddles_an_edge():
+    until = timing.resolves([1.0, 1.25])
+    assert not until(_cmp_with({"grad": (1.0, 1.0), "no_grad": (1.2, 1.3)}))   # straddles 1.25
+    assert not until(_cmp_with({"grad": (1.0, 1.0), "no_grad": (0.9, 1.1)}))   # straddles 1 (a tie so far)
+    assert until(_cmp_with({"grad": (1.0, 1.0), "no_grad": (1.26, 1.4)}))      # above both
+    assert until(_cmp_with({"grad": (1.0, 1.0), "no_grad": (1.02, 1.2)}))      # between them
+    # an interval narrower than min_width around an edge would not leave it soon: decided as it is
+    assert timing.resolves([1.25], min_width=0.05)(_cmp_with({"grad": (1, 1), "no_grad": (1.24, 1.27)}))
+    # per case: only the named cases' edges count
+    per = timing.resolves({"no_grad": [1.25]})
+    assert per(_cmp_with({"grad": (1, 1), "no_grad": (1.3, 1.4), "other": (1.2, 1.3)}))

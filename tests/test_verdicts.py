@@ -253,3 +253,31 @@ def test_gpu_conditions_are_set_up_as_a_practitioner_would():
     with timing.timing_state("cpu") as state:
         assert state == {}
     assert timing.gpu_state("cpu") == {}
+
+
+def test_a_condition_stopped_before_it_decided_makes_the_verdict_provisional():
+    """Issue 15: a timed condition whose rounds ran out (time budget, most rounds) before its intervals
+    decided the rule says so in the summary; decided ones add nothing."""
+    import torch
+
+    from nogradlab.timing import Comparison, Timing
+
+    def cond(stopped):
+        t = Timing.from_samples([1.0, 1.0], 1, label="x", threads=1, device="cpu")
+        cmp = Comparison(timings={"grad": t, "no_grad": t}, baseline="grad", speedup={"grad": 1.0, "no_grad": 1.0},
+                         ci={"grad": (1.0, 1.0), "no_grad": (0.9, 1.3)}, rounds=10, device="cpu", threads=1,
+                         stopped=stopped)
+        return N.Condition("resnet50", "tiny", 1, "cpu", cmp, ["grad", "no_grad"], {}, {}, ())
+
+    ctx = claims.Context(torch.device("cpu"), "tiny")
+    assert N._samples_note(ctx, "C03", [cond("decided"), cond("rounds")]) == ""
+    note = N._samples_note(ctx, "C03", [cond("decided"), cond("time budget")])
+    assert "1 of 2 timed conditions stopped (time budget)" in note and "provisional" in note
+    assert N._knobs(ctx)["rounds"] >= 10 >= N.RULES["C03"].min_samples  # no bootstrap over 5 rounds
+
+
+def test_every_condition_rule_edge_is_a_speedup():
+    """The edges a forward condition's rounds must decide: 1 (faster or not), C03's band as speedups,
+    and the workload's speed band of C20."""
+    e = N._condition_edges("resnet50")
+    assert 1.0 in e and pytest.approx(1.25) in e and pytest.approx(1 / 0.6) in e and pytest.approx(1.30) in e

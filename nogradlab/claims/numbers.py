@@ -91,16 +91,22 @@ def _quick(ctx) -> bool:
 
 
 def _knobs(ctx, **quick_overrides) -> dict:
-    """compare() settings: few short single-threaded rounds for tiny CPU runs (on a shared
-    two-core machine two OpenMP threads mostly measure the neighbours), more elsewhere with
-    torch's thread count; ``quick_overrides`` adjust the tiny defaults; ctx.params wins."""
+    """compare() settings. ``rounds`` is the minimum (10: a paired bootstrap over fewer rounds is
+    degenerate); a shared forward condition then goes on, a block of rounds at a time, until its
+    intervals decide every rule that reads it (:func:`_condition_edges`), up to ``max_rounds`` or
+    ``time_budget`` seconds of rounds (the comparison's ``stopped`` says which). Tiny CPU runs take
+    short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
+    the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU 20 ms samples and at
+    most 4 s (a condition times up to 8 cases: a learner's notebook stays within a minute on an
+    H200), other CPU runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
+    tiny defaults; ctx.params wins."""
     if _quick(ctx):
-        k = dict(rounds=5, min_run_time=0.1, warmup=1, num_threads=1)
+        k = dict(rounds=10, min_run_time=0.1, warmup=1, num_threads=1, max_rounds=40, time_budget=1.5)
         k.update(quick_overrides)
-    elif ctx.on_gpu:  # a GPU is quiet: 10 rounds, 0.5 s per case; a condition times up to 8 cases
-        k = dict(rounds=10, min_run_time=0.5, warmup=5, num_threads=None)
+    elif ctx.on_gpu:
+        k = dict(rounds=10, min_run_time=0.2, warmup=5, num_threads=None, max_rounds=40, time_budget=4.0)
     else:
-        k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None)
+        k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None, max_rounds=80, time_budget=20.0)
     for key in k:
         if key in ctx.params:
             k[key] = ctx.params[key]
@@ -141,12 +147,20 @@ def _pct_ci(t) -> str:
     return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
 
 
-def _samples_note(ctx, claim_id: str) -> str:
-    """A warning for the summary when the run timed fewer rounds than the rule's minimum."""
+def _samples_note(ctx, claim_id: str, conditions=()) -> str:
+    """A warning for the summary when the run timed fewer rounds than the rule's minimum, or when a
+    condition's rounds stopped (time budget, most rounds) before its intervals decided the rule."""
     need = RULES[claim_id].min_samples
     got = _knobs(ctx)["rounds"]
-    return (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
-            "verdict." if need and got < need else "")
+    out = (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
+           "verdict." if need and got < need else "")
+    open_ = [c for c in conditions if c.comparison is not None and not c.comparison.decided]
+    if open_:
+        out += (f" {len(open_)} of {len(conditions)} timed conditions stopped "
+                f"({', '.join(sorted({c.comparison.stopped for c in open_}))}) before their intervals "
+                f"decided ({', '.join(f'{c.workload}@{c.batch}' for c in open_)}): provisional; a longer "
+                "time_budget or a quieter machine would decide them.")
+    return out
 
 
 def _wide_note(items, higher_is_better=True) -> str:
@@ -484,6 +498,19 @@ class Condition:
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None}
 
 
+def _condition_edges(name: str) -> list:
+    """The speedups (over grad) at which a rule reading a forward condition of workload ``name``
+    changes its answer: 1 (faster or not: C17, X05's ties), C03's band of time saved and C20's band
+    of throughput gain for the workload. The condition's rounds go on until no interval straddles
+    one of them (:func:`nogradlab.timing.resolves`)."""
+    lo, hi = RULES["C03"].band
+    edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
+    if name in ARTICLE_TABLE:
+        a, b = ARTICLE_TABLE[name]["speed"]
+        edges |= {1.0 + a, 1.0 + b}
+    return sorted(edges)
+
+
 def forward_condition(ctx, name: str, batch: int) -> Condition:
     """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
     measured once per run (:data:`nogradlab.timing.RUN`) with one protocol (warm-up, CUDA sync,
@@ -509,7 +536,9 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
             cases[s] = _case_fn(name, s, model, x, ctx.device, holder)
         with _torch_threads(knobs["num_threads"]), \
                 timing.timing_state(ctx.device, warm_fn=cases["grad"]) as state:
-            cmp = timing.compare(cases, baseline="grad", device=ctx.device, seed=ctx.seed, **knobs)
+            # intervals narrower than 1 % of a speedup around an edge would take too long to move off it
+            cmp = timing.compare(cases, baseline="grad", device=ctx.device, seed=ctx.seed,
+                                 until=timing.resolves(_condition_edges(name), min_width=0.01), **knobs)
     except torch.OutOfMemoryError:
         cmp, state = None, timing.gpu_state(ctx.device)
         skipped["all"] = f"out of memory at batch {batch} on {ctx.device}"
@@ -564,7 +593,7 @@ def c03(ctx):
                f"{', '.join(inside) or 'none'}; below it: {', '.join(below) or 'none'}."
                + (" The transformer's eval fast path (a fused kernel taken only with grad off) is "
                   "counted apart, not credited to no_grad: " + "; ".join(fused) + "." if fused else "")
-               + _wide_note([(t, rule.band) for t in triples]) + _samples_note(ctx, "C03"))
+               + _wide_note([(t, rule.band) for t in triples]) + _samples_note(ctx, "C03", [forward_condition(ctx, r["workload"], r["batch"]) for r in rows]))
     evidence = {"article_band": rule.band, "metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, "
                 "same model and input; CI: 95 % paired bootstrap); for the transformer no_grad is timed "
                 "with the fused fast path off (the saving of the bookkeeping alone), the fast path's "
@@ -850,7 +879,7 @@ def c17(ctx):
                f"labels drawn independently of the model (an untrained model predicts {distinct} distinct "
                "class(es): its accuracy is chance, only the identity of the predictions is evidence). "
                "The data is already on the device: a loader or host-to-device copies would add the same "
-               "time to both." + _wide_note([(t, band)]) + _samples_note(ctx, "C17"))
+               "time to both." + _wide_note([(t, band)]) + _samples_note(ctx, "C17", [c]))
     evidence = {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": list(t[1:]),
                 "article_band": band, "accuracy": acc, "same_predictions": same_preds,
                 "max_logit_diff": max_diff, "distinct_predicted_classes": distinct,
@@ -1179,7 +1208,8 @@ def c20(ctx):
                + f" Separate row, not counted: a training step vs a no_grad forward takes {train_desc} "
                "longer (not a no_grad effect: backward and the optimizer step are extra work)."
                + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
-                            higher_is_better=False) + _samples_note(ctx, "C20"))
+                            higher_is_better=False) + _samples_note(ctx, "C20", [forward_condition(ctx, r["workload"], r["speed_batch"])
+                                                                  for r in rows]))
     evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
                 "reading": f"{n_ok} of {len(cells)} cells of the article's table are reproduced (as printed; "
                            "speed: forward with vs without grad).",
@@ -1441,7 +1471,7 @@ def x05(ctx):
                f"lies wholly above no_grad's and it is at least {margin:.0%} faster: "
                + (", ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in beats.items()))
                + f". torch.compile: {compile_reason or 'included where it compiled'}." + gpu + cpu_note
-               + _samples_note(ctx, "X05"))
+               + _samples_note(ctx, "X05", [forward_condition(ctx, r["workload"], r["batch"]) for r in rows]))
     verdict = ("holds" if beats and all(beats.values()) else
                "does not hold" if not any(beats.values()) else "depends")
     evidence = {"rows": rows, "best": {f"{r['workload']}@{r['batch']}": r["tiers"][0] for r in timed},
