@@ -83,8 +83,15 @@ def run_notebooks(stems, cells: int) -> dict:
                     slow.append((round(float(d), 2), i, c.source.splitlines()[0][:60] if c.source else ""))
         except Exception:
             pass
+        checks = 0.0
+        try:
+            checks = sum(float(c.metadata.papermill.duration or 0) for c in nb.cells
+                         if c.cell_type == "code" and "claims.check(" in c.source)
+        except Exception:
+            pass
         slow.sort(reverse=True)
-        rows[p.stem] = {"seconds": round(seconds, 2), "peak_rss_bytes": rss.peak, "error": error,
+        rows[p.stem] = {"seconds": round(seconds, 2), "check_cells_seconds": round(checks, 2),
+                        "peak_rss_bytes": rss.peak, "error": error,
                         "slowest_cells": [{"seconds": s, "cell": i, "first_line": t} for s, i, t in slow[:cells]]}
         print(f"  {mark(seconds, BUDGETS['notebook_s'])} {p.stem:<40} {seconds:6.1f} s   "
               f"{mark(rss.peak, BUDGETS['kernel_peak_rss_bytes'])} peak RSS {rss.peak / 1e6:6.0f} MB"

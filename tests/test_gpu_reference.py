@@ -115,7 +115,8 @@ def test_reference_run_searches_every_batch_for_real():
     spec = importlib.util.spec_from_file_location("gpu_reference", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod.REFERENCE_PARAMS["C04"]["real_search"] == "all" == mod.REFERENCE_PARAMS["C09"]["real_search"]
+    assert mod.params_for("C04")["real_search"] == "all" == mod.params_for("C09")["real_search"]
+    assert all(mod.params_for(c)["reference"] for c in ("C03", "C19", "X05"))
 
 
 # -- issue 17: --resume keeps every earlier measurement, bad inputs are refused before any work ----------

@@ -245,9 +245,12 @@ def test_gpu_conditions_are_set_up_as_a_practitioner_would():
             "no_grad+bf16+channels_last", "inference_mode"} <= set(rn)
     assert "no_grad (fast path off)" in N._lever_settings(ctx, "transformer_base", 16)
     assert not any("channels_last" in s for s in N._lever_settings(ctx, "mlp", 256))
-    # the default batch (overhead-bound on a large GPU) and 4x it (compute-bound), levers at both
-    assert N._speed_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
-    assert N._lever_batches(ctx, N.workloads.get("resnet50", "full")) == (32, 128)
+    # a learner's run: the default batch (overhead-bound on a large GPU); the reference run adds 4x it
+    # (compute-bound), levers at both
+    rn50 = N.workloads.get("resnet50", "full")
+    assert N._speed_batches(ctx, rn50) == (32,) == N._lever_batches(ctx, rn50)
+    ref = claims.Context(torch.device("cuda"), "full", 0, {"reference": True})
+    assert N._speed_batches(ref, rn50) == (32, 128) == N._lever_batches(ref, rn50)
     assert N._knobs(ctx)["rounds"] == 10
     # on the CPU the protocol reports no CUDA state and changes nothing
     with timing.timing_state("cpu") as state:

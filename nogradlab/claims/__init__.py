@@ -161,6 +161,14 @@ class Context:
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
 
+    @property
+    def reference(self) -> bool:
+        """``params['reference']``: the reference run (benchmarks/gpu_reference.py), which measures
+        what a learner's notebook leaves out to stay within its minute on a GPU (the compute-bound
+        batch, the levers there, both C04 budgets by real OOM searches, torch.compile, the longer
+        sequence sweep). Only GPU runs differ; on a CPU the scale decides."""
+        return bool(self.params.get("reference", False))
+
 
 @dataclass
 class Result:

@@ -53,7 +53,7 @@ def _real_search(ctx) -> str:
     default: a notebook on a learner's GPU stays within minutes) estimates every batch and checks
     one of them with a real search; ``"all"`` searches every one for real (the reference run,
     benchmarks/gpu_reference.py); ``"none"`` estimates only. Ignored without a GPU."""
-    v = ctx.params.get("real_search", "one")
+    v = ctx.params.get("real_search", "all" if ctx.reference else "one")
     if v not in REAL_SEARCH:
         raise ValueError(f"real_search must be one of {', '.join(REAL_SEARCH)}; got {v!r}")
     return v
@@ -72,8 +72,10 @@ def _one_real_search(ctx, name: str, budget: int, estimate: "_batch.BatchResult 
     """With ``real_search="one"`` on a GPU: one real OOM search (eval+no_grad) beside its estimate."""
     if not (ctx.on_gpu and _real_search(ctx) == "one"):
         return None
+    # the estimate as the secant's second point: the real search starts beside it (same answer, fewer trials)
+    hint = estimate.batch if estimate is not None and estimate.batch > 2 else None
     r = _batch.largest_batch(name, "eval+no_grad", budget, str(ctx.device), scale="full", method="search",
-                             max_batch=2 ** 22)
+                             max_batch=2 ** 22, hint=hint)
     out = {"workload": name, "mode": "eval+no_grad", "budget_bytes": budget, "real": _row(r)}
     if estimate is not None:
         out["estimated_batch"] = estimate.batch
@@ -147,20 +149,29 @@ def _condition(workload: str, budget: int, res: dict, **where) -> dict:
 # C04: no_grad lets larger batches fit
 
 
+def default_budgets(ctx) -> tuple:
+    """C04's GPU budgets in GiB: 12 alone in a learner's notebook (a quick CPU run, or any GPU run
+    short of the reference: a second budget only repeats the direction at another size, and each
+    costs every workload's three searches), 12 and 16 in the reference run (``real_search="all"``)
+    and at small or full scale on a CPU."""
+    if _quick(ctx) or (ctx.on_gpu and _real_search(ctx) != "all"):
+        return (12.0,)
+    return (12.0, 16.0)
+
+
 @claim_check("C04")
 def c04(ctx):
     """Largest batch per mode (train step, grad forward, eval+no_grad forward) under GPU-sized
     budgets, and the CPU's own answer at tiny scale checked against real runs.
 
     Knobs: ``workloads`` (GPU part; default ``mlp, unet`` for a quick CPU run, all four
-    elsewhere), ``budgets_gib`` ((12,) on a quick CPU run, a learner's notebook: a second budget
-    only repeats the direction at another size; (12, 16) elsewhere), ``cpu_workload`` ("mlp" on a
+    elsewhere), ``budgets_gib`` (:func:`default_budgets`), ``cpu_workload`` ("mlp" on a
     quick CPU run, else "unet"), ``cpu_budget_mib`` (4 for the MLP, else 32),
     ``compare_estimate`` (on a GPU, also run the estimate beside each real search; default True),
     ``real_search`` ("one"; see the module docstring).
     """
     names = list(ctx.params.get("workloads", ("mlp", "unet") if _quick(ctx) else workloads.names()))
-    budgets = [float(b) for b in ctx.params.get("budgets_gib", (12,) if _quick(ctx) else (12, 16))]
+    budgets = [float(b) for b in ctx.params.get("budgets_gib", default_budgets(ctx))]
     cpu_name = ctx.params.get("cpu_workload", "mlp" if _quick(ctx) else "unet")
     cpu_budget = int(float(ctx.params.get("cpu_budget_mib", 4 if cpu_name == "mlp" else 32)) * MiB)
     for n in names + [cpu_name]:
@@ -180,7 +191,11 @@ def c04(ctx):
                 rows += [_row(r) for r in est.values()]
             conditions.append(_condition(name, int(gib * GiB), res, method=method, scale="full"))
 
-    real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), None) if names else None
+    real_check = None
+    if names and ctx.on_gpu and _real_search(ctx) == "one":  # its estimate is searched above (shared)
+        est = shared_largest_batch(names[0], "eval+no_grad", int(budgets[0] * GiB), dev, method="estimate",
+                                   max_batch=2 ** 22)
+        real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), est)
     if real_check is not None:
         est0 = next((r for r in rows if r["workload"] == names[0] and r["mode"] == "eval+no_grad"
                      and r["budget_bytes"] == int(budgets[0] * GiB)), None)

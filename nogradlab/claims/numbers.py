@@ -96,15 +96,16 @@ def _knobs(ctx, **quick_overrides) -> dict:
     intervals decide every rule that reads it (:func:`_condition_edges`), up to ``max_rounds`` or
     ``time_budget`` seconds of rounds (the comparison's ``stopped`` says which). Tiny CPU runs take
     short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
-    the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU 20 ms samples and at
-    most 4 s (a condition times up to 8 cases: a learner's notebook stays within a minute on an
-    H200), other CPU runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
+    the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU the same with 3
+    warm-up calls (a condition times up to 8 cases, and a full-size forward often takes longer than
+    a sample: :mod:`nogradlab.plan` keeps a learner's notebook within a minute on an H200), other CPU
+    runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
     tiny defaults; ctx.params wins."""
     if _quick(ctx):
         k = dict(rounds=10, min_run_time=0.1, warmup=1, num_threads=1, max_rounds=40, time_budget=1.5)
         k.update(quick_overrides)
     elif ctx.on_gpu:
-        k = dict(rounds=10, min_run_time=0.2, warmup=5, num_threads=None, max_rounds=40, time_budget=4.0)
+        k = dict(rounds=10, min_run_time=0.1, warmup=3, num_threads=None, max_rounds=40, time_budget=1.5)
     else:
         k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None, max_rounds=80, time_budget=20.0)
     for key in k:
@@ -376,11 +377,16 @@ def _pairs(rows, base: str, case: str) -> list:
 def _speed_batches(ctx, wl) -> tuple:
     """The batches every speed check times, per workload: on a tiny CPU run batch 1 and half the
     default batch (the default itself where half is 1; ResNet-50 at 64x64 dominates the budget);
-    on a GPU the default batch (often overhead-bound: a fixed cost per call) and 4x it
-    (compute-bound); elsewhere 1x and 4x. ``ctx.params['batches']`` wins."""
+    on a GPU the default batch (often overhead-bound: a fixed cost per call), and 4x it
+    (compute-bound) in the reference run (:attr:`~nogradlab.claims.Context.reference`); elsewhere
+    1x and 4x. ``ctx.params['batches']`` wins."""
     d = wl.default_batch
     if _quick(ctx):
         default = (1, d // 2) if d // 2 > 1 else (1, max(d, 2))
+    elif ctx.on_gpu and not ctx.reference:
+        # a learner's GPU run: the default batch alone (4x the transformer's batch costs a quarter of a
+        # notebook's minute on an H200: nogradlab.plan); the reference run times both
+        default = (d,)
     else:
         default = (d, 4 * d)
     return tuple(dict.fromkeys(_batches(ctx, "batches", default)))
@@ -391,11 +397,13 @@ def _cast(ctx) -> str:
 
 
 def _lever_batches(ctx, wl) -> tuple:
-    """The batches whose conditions also time the levers (X05): on a GPU (or at small/full scale)
-    every speed batch, so both the overhead-bound and the compute-bound regime are shown; on a
-    tiny CPU run only the main speed batch (:func:`_speed_batch`), to stay within a minute."""
+    """The batches whose conditions also time the levers (X05): every speed batch, so both the
+    overhead-bound and the compute-bound regime are shown (at small/full scale on a CPU, and in the
+    GPU reference run); only the main speed batch (:func:`_speed_batch`: the default batch) on a tiny
+    CPU run, and in a learner's GPU run, whose speed batches are that one anyway (on an H200 the levers
+    at 4x the transformer's batch alone cost half a notebook's minute: :mod:`nogradlab.plan`)."""
     bs = _speed_batches(ctx, wl)
-    if _quick(ctx):
+    if _quick(ctx) or (ctx.on_gpu and not ctx.reference):
         main = _speed_batch(ctx, wl)
         return tuple(b for b in bs if b == main) or bs[-1:]
     return bs
@@ -518,7 +526,7 @@ def forward_condition(ctx, name: str, batch: int) -> Condition:
     recorded) and reused by every check asking for it (C03, C17, C20, X05)."""
     knobs = _knobs(ctx)
     key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
-           tuple(sorted(knobs.items(), key=lambda kv: kv[0])))
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
     return timing.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
 
 
@@ -967,11 +975,13 @@ def _seq_sweep(ctx) -> dict:
     deterministic, so C19 and C21 share one sweep per process."""
     lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
                           (128, 256, 512, 1024, 2048, 4096)))
-    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens))
+    # the estimates' longer list of sequence lengths: at small/full scale on a CPU, and in the GPU reference
+    reference = ctx.reference or (not ctx.on_gpu and not _quick(ctx))
+    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference))
 
 
 @functools.lru_cache(maxsize=8)
-def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
+def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool = True) -> dict:
     dev = torch.device(device)
     quick = dev.type != "cuda" and scale == "tiny"
     wl0, model, _, _ = _build("transformer_base", scale, dev, 1, seed)
@@ -1000,7 +1010,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple) -> dict:
                   else "math attention (virtual cuda)")
     variants = {cuda_label: ("cuda", (128, 256, 512, 1024, 2048, 4096)),
                 "fused flash attention (fake cpu)": ("cpu", (128, 512, 1024, 4096))}
-    if quick:
+    if quick or not reference:
         variants = {cuda_label: ("cuda", (128, 1024, 4096)),
                     "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
     for label, (dev, lens) in variants.items():
@@ -1344,6 +1354,10 @@ def _compile_reason(ctx) -> "str | None":
     if _quick(ctx) and not ctx.params.get("compile", False):
         return ("skipped at tiny scale on CPU: compiling takes tens of seconds, more than this whole "
                 "check's budget (pass compile=True to include it)")
+    if ctx.on_gpu and not ctx.params.get("compile", ctx.reference):
+        return ("skipped in a learner's GPU run: compiling takes tens of seconds a model, more than a "
+                "notebook's minute for the four workloads (pass compile=True to include it; "
+                "benchmarks/gpu_reference.py does)")
     if not hasattr(torch, "compile"):
         return "torch.compile is not available in this torch"
     return None
