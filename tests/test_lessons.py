@@ -299,3 +299,38 @@ def test_claim_problems_needs_a_plain_torch_cell_per_claim():
     assert any("no plain-PyTorch" in p for p in claim_problems(via_claims, ["C01"]))
     assert any("section headed" in p for p in claim_problems(
         nb(md("## Something"), code("torch.ones(1)"), code("claims.check('C01')")), ["C01"]))
+
+
+# --------------------------------------------------------------------------------------------
+# no test scaffolding in front of the learner
+
+VERDICT_ASSERT = re.compile(r"^\s*assert\b.*\.(verdict|evidence)\b", re.M)
+
+
+def verdict_asserts(nb) -> list:
+    """(cell index, line) of every `assert` on a check's verdict or evidence in a code cell, exercise
+    checks (cells that call exercises.check) left out. A learner on another PyTorch release must see
+    the verdict, not an AssertionError; the lessons' expected verdicts live in
+    tests/test_lesson_verdicts.py."""
+    return [(i, m.group(0).strip()) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and "exercises.check" not in c.source
+            for m in VERDICT_ASSERT.finditer(c.source)]
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_no_verdict_asserts_in_notebooks(stem):
+    found = verdict_asserts(_nb(stem))
+    assert not found, f"{stem}: cells assert a check's result: {found}. Show the result (`r_cXX`) and move " \
+        "the expectation to tests/test_lesson_verdicts.py"
+
+
+def test_verdict_asserts_sees_what_it_should():
+    code = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        code('r = claims.check("C22", device=device, scale=scale, seed=seed)\nassert r.verdict == "holds"\nr'),
+        code("assert r_c06.verdict in claims.VERDICTS"),
+        code("assert r.evidence['x'] > 0"),
+        code("assert x == 1\nprint(r.verdict)"),
+        code("assert ok.verdict\nexercises.check('1', answer_1, test_1)"),
+    ])
+    assert [i for i, _ in verdict_asserts(nb)] == [0, 1, 2]
