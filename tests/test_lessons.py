@@ -334,3 +334,35 @@ def test_verdict_asserts_sees_what_it_should():
         code("assert ok.verdict\nexercises.check('1', answer_1, test_1)"),
     ])
     assert [i for i, _ in verdict_asserts(nb)] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# finding the way: the time a notebook takes, and the next one
+
+TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.?$", re.M)
+
+
+def _header_seconds(stem: str) -> "int | None":
+    m = TIME_RE.search(_nb(stem).cells[0].source)
+    return int(m.group(1)) if m else None
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_header_says_how_long_it_takes(stem):
+    seconds = _header_seconds(stem)
+    assert seconds is not None, f"{stem}: the title cell needs a line 'Time: about N s on a 2-core CPU (tiny scale)'"
+    assert seconds > 0 and seconds % 5 == 0, f"{stem}: round the time up to 5 s, got {seconds}"
+
+
+def test_index_lists_the_same_times():
+    text = "\n".join(c.source for c in _nb("00_index").cells if c.cell_type == "markdown")
+    listed = dict(re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| about (\d+) s \|$", text, re.M))
+    assert {s: int(v) for s, v in listed.items()} == {s: _header_seconds(s) for s in LESSONS}
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_ends_with_a_link_to_the_next_notebook(stem):
+    nxt = ALL[(ALL.index(stem) + 1) % len(ALL)]
+    last = _nb(stem).cells[-1]
+    assert last.cell_type == "markdown" and re.search(rf"\]\({nxt}\.ipynb\)", last.source), \
+        f"{stem}: the last cell must be a markdown line linking {nxt}.ipynb"
