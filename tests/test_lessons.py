@@ -299,3 +299,70 @@ def test_claim_problems_needs_a_plain_torch_cell_per_claim():
     assert any("no plain-PyTorch" in p for p in claim_problems(via_claims, ["C01"]))
     assert any("section headed" in p for p in claim_problems(
         nb(md("## Something"), code("torch.ones(1)"), code("claims.check('C01')")), ["C01"]))
+
+
+# --------------------------------------------------------------------------------------------
+# no test scaffolding in front of the learner
+
+VERDICT_ASSERT = re.compile(r"^\s*assert\b.*\.(verdict|evidence)\b", re.M)
+
+
+def verdict_asserts(nb) -> list:
+    """(cell index, line) of every `assert` on a check's verdict or evidence in a code cell, exercise
+    checks (cells that call exercises.check) left out. A learner on another PyTorch release must see
+    the verdict, not an AssertionError; the lessons' expected verdicts live in
+    tests/test_lesson_verdicts.py."""
+    return [(i, m.group(0).strip()) for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and "exercises.check" not in c.source
+            for m in VERDICT_ASSERT.finditer(c.source)]
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_no_verdict_asserts_in_notebooks(stem):
+    found = verdict_asserts(_nb(stem))
+    assert not found, f"{stem}: cells assert a check's result: {found}. Show the result (`r_cXX`) and move " \
+        "the expectation to tests/test_lesson_verdicts.py"
+
+
+def test_verdict_asserts_sees_what_it_should():
+    code = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        code('r = claims.check("C22", device=device, scale=scale, seed=seed)\nassert r.verdict == "holds"\nr'),
+        code("assert r_c06.verdict in claims.VERDICTS"),
+        code("assert r.evidence['x'] > 0"),
+        code("assert x == 1\nprint(r.verdict)"),
+        code("assert ok.verdict\nexercises.check('1', answer_1, test_1)"),
+    ])
+    assert [i for i, _ in verdict_asserts(nb)] == [0, 1, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# finding the way: the time a notebook takes, and the next one
+
+TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.?$", re.M)
+
+
+def _header_seconds(stem: str) -> "int | None":
+    m = TIME_RE.search(_nb(stem).cells[0].source)
+    return int(m.group(1)) if m else None
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_header_says_how_long_it_takes(stem):
+    seconds = _header_seconds(stem)
+    assert seconds is not None, f"{stem}: the title cell needs a line 'Time: about N s on a 2-core CPU (tiny scale)'"
+    assert seconds > 0 and seconds % 5 == 0, f"{stem}: round the time up to 5 s, got {seconds}"
+
+
+def test_index_lists_the_same_times():
+    text = "\n".join(c.source for c in _nb("00_index").cells if c.cell_type == "markdown")
+    listed = dict(re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| about (\d+) s \|$", text, re.M))
+    assert {s: int(v) for s, v in listed.items()} == {s: _header_seconds(s) for s in LESSONS}
+
+
+@pytest.mark.parametrize("stem", ALL)
+def test_ends_with_a_link_to_the_next_notebook(stem):
+    nxt = ALL[(ALL.index(stem) + 1) % len(ALL)]
+    last = _nb(stem).cells[-1]
+    assert last.cell_type == "markdown" and re.search(rf"\]\({nxt}\.ipynb\)", last.source), \
+        f"{stem}: the last cell must be a markdown line linking {nxt}.ipynb"
