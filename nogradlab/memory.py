@@ -597,9 +597,13 @@ def _lazy_note(kind: str) -> str:
             "lambda: list(...) of it instead")
 
 
+OTHER_THREADS = ("warn", "ignore")
+
+
 @_device.leaves_rng_alone  # a probe leaves the global RNG (CPU, CUDA) as it found it
 def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool = False,
-            block: "int | None" = None, label: str = "", return_result: bool = False):
+            block: "int | None" = None, label: str = "", return_result: bool = False,
+            other_threads: str = "warn"):
     """Run ``fn()`` once and report its memory (see the module docstring).
 
     ``device``: where ``fn`` computes. ``None`` tracks storages on every device. On CUDA the
@@ -608,6 +612,10 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
     ``timeline``: keep the live-bytes curve (one point per allocation or free).
     ``block``: round every storage up to this many bytes (default: 512 on CUDA, else 1).
     ``return_result``: return ``(report, fn())`` instead of the report alone.
+    ``other_threads``: on the CPU the storage method counts the calling thread only; ``"warn"`` (the
+    default) watches threads and thread-pool work started during the call and notes and warns when they
+    made tensors; ``"ignore"`` for a caller that measures each thread's own work in that thread while
+    others run (a server measuring every request in the thread that serves it).
 
     ``fn`` returning lazy work (a generator, ``map``, any iterator, a coroutine) warns and adds a
     note: nothing ran yet, so the report would read 0 B. It is not consumed here (it may be
@@ -617,13 +625,16 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
     """
     if not callable(fn):
         raise TypeError(f"measure needs a callable, got {type(fn).__name__}")
+    if other_threads not in OTHER_THREADS:
+        raise ValueError(f"other_threads must be one of {', '.join(OTHER_THREADS)}; got {other_threads!r}")
     dev = _device.resolve(device) if device is not None else None
     method = _check_method(method, dev)
     if block is None:
         block = CUDA_BLOCK if dev is not None and dev.type == "cuda" else 1
     if not isinstance(block, int) or block < 1:
         raise ValueError(f"block must be a positive integer number of bytes, got {block!r}")
-    report, result = _run(fn, dev, method, exclude, timeline, block, label, True)
+    report, result = _run(fn, dev, method, exclude, timeline, block, label, True,
+                          watch_threads=other_threads == "warn")
     kind = _lazy_kind(result)
     if kind is not None:
         import warnings
@@ -666,7 +677,7 @@ def _warm_up():
     gc.collect()
 
 
-def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=False):
+def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=False, watch_threads=True):
     _warm_up()
     grad_enabled = torch.is_grad_enabled()
     gc_enabled = gc.isenabled()
@@ -683,7 +694,7 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
                 live = None
             else:
                 live = stack.enter_context(_LiveTracker(mods, block, timeline))
-            others = stack.enter_context(_OtherThreads()) if method != "allocator" else None
+            others = stack.enter_context(_OtherThreads()) if method != "allocator" and watch_threads else None
             result = fn()
             torch.set_grad_enabled(grad_enabled)
             if live is not None:

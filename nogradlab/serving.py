@@ -91,7 +91,9 @@ class _State:
             facts["grad_enabled"] = torch.is_grad_enabled()
             return self.model(self.x)
 
-        report, out = _memory.measure(forward, self.device, return_result=True)
+        # measured in the thread that serves the request; other requests' tensors, made meanwhile in
+        # their own threads, are theirs (each is measured where it runs)
+        report, out = _memory.measure(forward, self.device, return_result=True, other_threads="ignore")
         return report, out, facts
 
     def _call_variant(self, v):

@@ -230,7 +230,7 @@ def test_setup_says_what_a_cpu_or_tiny_run_means(capsys):
     (dict(seed=1.5), "seed must be an integer"),
     (dict(batch_sizes=[4, -1]), "batch_sizes must be positive integers"),
     (dict(repeats=0), "repeats must be positive integers"),
-    (dict(budget_gib=-12), "budget_gib must be positive numbers"),
+    (dict(budget_gib=-12), "budget_gib must be positive finite numbers"),
     (dict(colour="red"), "unknown notebook parameter 'colour'; allowed: device, scale, seed"),
 ])
 def test_setup_rejects_bad_parameters(kwargs, words):

@@ -224,3 +224,30 @@ def test_issue17_sparse_tensors_are_named_as_not_counted(capsys):
     with pytest.warns(UserWarning, match="sparse_coo"):
         r = memory.measure(lambda: torch.ones(10 ** 5).to_sparse(), "cpu")
     assert any("sparse_coo" in n and "not counted" in n for n in r.notes)
+
+
+def test_a_server_measuring_each_request_in_its_thread_may_ignore_the_others():
+    """other_threads="ignore": a caller that measures each thread's own work where it runs (the
+    serving demo) gets no warning for the work other threads do meanwhile; bad values are refused."""
+    import threading
+    import warnings
+
+    import torch
+
+    from nogradlab import memory
+
+    def work():
+        t = threading.Thread(target=lambda: torch.ones(10 ** 5).sum())
+        t.start()
+        t.join()
+        return torch.ones(10)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        quiet = memory.measure(work, "cpu", other_threads="ignore")
+    assert not any("another thread" in str(w.message) for w in seen)
+    assert not any("another thread" in n for n in quiet.notes)
+    with pytest.warns(UserWarning, match="another thread made tensors"):
+        memory.measure(work, "cpu")
+    with pytest.raises(ValueError, match="other_threads must be one of warn, ignore"):
+        memory.measure(work, "cpu", other_threads="no")
