@@ -52,7 +52,11 @@ lab: install
 	  echo "nbstripout: notebook outputs are stripped on commit in this clone (cell ids kept)"; fi
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/00_index.ipynb
 
+# Speed and memory targets live here, not in the tests: the learner's-session budgets (each notebook,
+# claims, run; peak RSS) beside this machine's figures, then the measurement core's own benchmark.
+BENCH_ARGS ?= --make-run
 bench: install
+	$(PY) benchmarks/session.py $(BENCH_ARGS)
 	$(PY) benchmarks/probes.py
 
 clean:

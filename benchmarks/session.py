@@ -4,13 +4,19 @@ Prints, beside each budget, what this machine measured:
 1. every notebook through papermill at device=cpu, scale=tiny: seconds, the kernel's peak resident
    memory (the kernel and what it starts, high-water marks from /proc) and its slowest cells;
 2. `python -m nogradlab claims --device cpu --scale tiny`: seconds in all and per claim;
-3. with --make-run: `python -m nogradlab run --device cpu --scale tiny` into a temporary folder.
+3. with --make-run: `python -m nogradlab run --device cpu --scale tiny` into a temporary folder;
+4. with --fresh-clone: `make test` in a fresh clone of this checkout, install included.
+
+Memory: a kernel's peak RSS includes what importing PyTorch costs, which depends on the build: the CUDA
+wheels from PyPI map their CUDA libraries at import (torch 2.14.1+cu130: about 0.73 GB for `import torch`
+alone; the CPU wheel torch 2.13.0+cpu: 0.22 GB, both measured on this machine). So the benchmark also
+measures the import floor (a kernel that only imports) and prints each notebook's figure above it.
 
 Budgets (issue 15): a notebook <= 30 s, the papermill pass <= 150 s, claims <= 45 s, run <= 180 s,
 every kernel's peak RSS <= 1.0 GB. They are printed, never asserted in a test: machines differ by
 2-3x in speed. --json FILE writes every figure (with the machine it ran on) for results/.
 
-    python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--json FILE] [--cells 5]
+    python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--fresh-clone] [--json FILE]
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ def mark(value, budget) -> str:
     return "ok  " if value <= budget else "OVER"
 
 
-def run_notebooks(stems, cells: int) -> dict:
+def run_notebooks(stems, cells: int, floor: int = 0) -> dict:
     import nbformat
     import papermill as pm
 
@@ -93,8 +99,10 @@ def run_notebooks(stems, cells: int) -> dict:
         rows[p.stem] = {"seconds": round(seconds, 2), "check_cells_seconds": round(checks, 2),
                         "peak_rss_bytes": rss.peak, "error": error,
                         "slowest_cells": [{"seconds": s, "cell": i, "first_line": t} for s, i, t in slow[:cells]]}
+        rows[p.stem]["above_import_floor_bytes"] = rss.peak - floor
         print(f"  {mark(seconds, BUDGETS['notebook_s'])} {p.stem:<40} {seconds:6.1f} s   "
-              f"{mark(rss.peak, BUDGETS['kernel_peak_rss_bytes'])} peak RSS {rss.peak / 1e6:6.0f} MB"
+              f"{mark(rss.peak, BUDGETS['kernel_peak_rss_bytes'])} peak RSS {rss.peak / 1e6:6.0f} MB "
+              f"({(rss.peak - floor) / 1e6:+5.0f} MB over the import floor)"
               + (f"   FAILED {error}" if error else ""))
         for s, i, t in slow[:cells]:
             print(f"         cell {i:3d} {s:6.2f} s  {t}")
@@ -127,6 +135,31 @@ def run_claims() -> dict:
     return {"seconds": round(seconds, 2), "exit": proc.returncode, "per_claim_seconds": per}
 
 
+def import_floor() -> int:
+    """Peak RSS of a kernel that only imports what every notebook imports (torch, torchvision, pandas,
+    matplotlib, nogradlab): the floor under every notebook's figure, set by the PyTorch build."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import torch, torchvision, pandas, matplotlib.pyplot\nimport nogradlab, nogradlab.claims, nogradlab.widgets")])
+    with PeakRSS(kernels_only=True) as rss:
+        NotebookClient(nb, kernel_name="python3", timeout=600).execute()
+    return rss.peak
+
+
+def run_fresh_clone() -> dict:
+    print("\n== 4. make test on a fresh clone of this checkout (install included); budget 15 min")
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(Path(d) / "clone")], check=True)
+        t0 = time.perf_counter()
+        proc = subprocess.run(["make", "test"], cwd=Path(d) / "clone", capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+    tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    print(f"  {mark(seconds, 900)} make test {seconds / 60:6.1f} min, exit {proc.returncode} {' '.join(tail)}")
+    return {"seconds": round(seconds, 1), "exit": proc.returncode}
+
+
 def run_make_run() -> dict:
     print(f"\n== 3. python -m nogradlab run --device cpu --scale tiny; budget {BUDGETS['run_s']:.0f} s")
     with tempfile.TemporaryDirectory() as d:
@@ -146,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-notebooks", action="store_true")
     ap.add_argument("--no-claims", action="store_true")
     ap.add_argument("--make-run", action="store_true", help="also time `python -m nogradlab run` (about 3 min)")
+    ap.add_argument("--fresh-clone", action="store_true",
+                    help="also time `make test` in a fresh clone, install included (10-15 min)")
     ap.add_argument("--cells", type=int, default=3, help="slowest cells shown per notebook")
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
@@ -154,11 +189,17 @@ def main(argv=None) -> int:
           f"load average at start {m['load_avg_at_start']}")
     out = {"machine": m, "budgets": BUDGETS}
     if not args.no_notebooks:
-        out["papermill"] = run_notebooks([s for s in args.notebooks.split(",") if s], args.cells)
+        floor = import_floor()
+        out["import_floor_rss_bytes"] = floor
+        print(f"\nimport floor: a kernel that only imports torch, torchvision, pandas, matplotlib and nogradlab "
+              f"peaks at {floor / 1e6:.0f} MB with this PyTorch build ({out['machine']['torch']})")
+        out["papermill"] = run_notebooks([s for s in args.notebooks.split(",") if s], args.cells, floor)
     if not args.no_claims:
         out["claims"] = run_claims()
     if args.make_run:
         out["run"] = run_make_run()
+    if args.fresh_clone:
+        out["fresh_clone_make_test"] = run_fresh_clone()
     if args.json:
         from nogradlab.outdir import write_text_atomic
 

@@ -74,7 +74,7 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
     ``scale="auto"`` (full) on a CUDA GPU like the reference one, with the checks' default knobs
     (``params`` as a notebook would pass them to every check)."""
     from . import workloads
-    from .claims import NOTEBOOKS
+    from .claims import NOTEBOOKS, capacity
     from .claims import numbers as N
 
     ref = ref or reference()
@@ -84,21 +84,23 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
     plan = {}
     for nb, ids in NOTEBOOKS.items():
         items = [("kernel start, imports and the notebook's own cells", ref["notebook_rest_s"].get(nb, 10.0))]
-        conditions = []  # (workload, batch), each timed once per kernel
+        conditions = {}  # (workload, batch) -> the checks reading it; each timed once per kernel
         for cid in ids:
             if cid == "C03":
-                conditions += [(n, b) for n in names for b in N._speed_batches(ctx, workloads.get(n, "full"))]
+                for n in names:
+                    for b in N._speed_batches(ctx, workloads.get(n, "full")):
+                        conditions.setdefault((n, b), []).append(cid)
             elif cid == "C17":
                 wl = workloads.get(ctx.params.get("workload", "resnet50"), "full")
                 b = N._speed_batch(ctx, wl)
-                conditions.append((wl.name, b))
+                conditions.setdefault((wl.name, b), []).append(cid)
                 n = int(ctx.params.get("n_batches", 20))
                 items.append(("C17 validation loop, both ways", 2 * n * forward_seconds(ref, wl.name, b)))
             elif cid == "C20":
                 for n in names:
                     wl = workloads.get(n, "full")
                     b = N._speed_batch(ctx, wl)
-                    conditions.append((n, b))
+                    conditions.setdefault((n, b), []).append(cid)
                     t_train = ref["train_over_forward"] * forward_seconds(ref, n, b)
                     items.append((f"C20 {n} training step timed", knobs["min_run_time"] + knobs["warmup"] * t_train))
                     items.append((f"C20 {n} estimates at the default batch (train, grad, no_grad)",
@@ -106,11 +108,12 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
                     items += _searches(ref, "C20", n)
             elif cid == "X05":
                 for n in names:
-                    conditions += [(n, b) for b in N._lever_batches(ctx, workloads.get(n, "full"))]
+                    for b in N._lever_batches(ctx, workloads.get(n, "full")):
+                        conditions.setdefault((n, b), []).append(cid)
                 if N._compile_reason(ctx) is None:
                     items += [(f"X05 torch.compile {n}", ref["compile_s"]) for n in names]
             elif cid in ("C04", "C09"):
-                real = ctx.params.get("real_search", "one")
+                real = capacity._real_search(ctx)
                 if cid == "C04":
                     budgets = ctx.params.get("budgets_gib", _c04_budgets(ctx))
                     for n in list(ctx.params.get("workloads", workloads.names())):
@@ -123,11 +126,25 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
                     items.append((f"{cid} one real OOM search", ref["real_search_s"]))
                 elif real == "all":
                     items.append((f"{cid} every search real", ref["real_search_s"] * (24 if cid == "C04" else 3)))
+            elif cid == "C18":
+                for n in N.FEED_FORWARD:
+                    wl = workloads.get(n, "full")
+                    d = wl.default_batch
+                    real = ref["build_s"] + sum(2 * (forward_seconds(ref, n, b) + ref["probe_s"]) for b in (1, d, 2 * d))
+                    fb = ctx.params.get("full_batches") or ((d,) if not ctx.reference else (1, d // 4, d, 4 * d))
+                    items.append((f"C18 {n}: 3 real batches, {len(fb)} estimated", real + 2 * len(fb) * ref["trial_s"][f"{n} grad"]))
+            elif cid == "C19":
+                lens = (128, 512, 2048) if not ctx.reference else (128, 256, 512, 1024, 2048, 4096)
+                t16 = forward_seconds(ref, "transformer_base", 16)
+                real = ref["build_s"] + sum(2 * (t16 * L / 512 + ref["probe_s"]) for L in lens)
+                n_est = 5 if not ctx.reference else 10
+                items.append((f"C19 {len(lens)} real sequence lengths, {n_est} estimated",
+                              real + 2 * n_est * ref["trial_s"]["transformer_base grad"]))
             else:
                 items.append((f"{cid} (as long as on the reference GPU)", ref["check_s"][cid]))
-        for n, b in dict.fromkeys(conditions):
+        for (n, b), readers in conditions.items():
             cases = len(N._lever_settings(ctx, n, b))
-            items.append((f"forward condition {n}@{b} ({cases} cases)",
+            items.append((f"forward condition {n}@{b} ({cases} cases; {', '.join(readers)})",
                           condition_seconds(knobs, cases, forward_seconds(ref, n, b), ref["build_s"])))
         plan[nb] = {"seconds": sum(s for _, s in items), "items": items}
     return plan

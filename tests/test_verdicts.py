@@ -240,9 +240,12 @@ def test_gpu_conditions_are_set_up_as_a_practitioner_would():
     import torch
 
     ctx = claims.Context(torch.device("cuda"), "full")
-    rn = N._lever_settings(ctx, "resnet50", 32)
+    rn = N._lever_settings(claims.Context(torch.device("cuda"), "full", 0, {"reference": True}), "resnet50", 32)
     assert {"no_grad+fp16", "no_grad+bf16", "no_grad+channels_last", "no_grad+fp16+channels_last",
             "no_grad+bf16+channels_last", "inference_mode"} <= set(rn)
+    # a learner's GPU notebook: fp16, and channels_last stacked with it
+    assert N._lever_settings(ctx, "resnet50", 32) == ["grad", "no_grad", "inference_mode", "no_grad+fp16",
+                                                      "no_grad+fp16+channels_last"]
     assert "no_grad (fast path off)" in N._lever_settings(ctx, "transformer_base", 16)
     assert not any("channels_last" in s for s in N._lever_settings(ctx, "mlp", 256))
     # a learner's run: the default batch (overhead-bound on a large GPU); the reference run adds 4x it

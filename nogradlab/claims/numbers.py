@@ -422,7 +422,9 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
     no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
     inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA) and
-    channels_last for the CNNs (stacked with the autocast dtypes on CUDA). The set depends only on
+    channels_last for the CNNs (stacked with the autocast dtypes on CUDA). A learner's GPU run times
+    fp16 alone, and channels_last only stacked with it (5 cases for a CNN where the reference run has
+    8: each case costs every round; :mod:`nogradlab.plan`). The set depends only on
     the condition, never on which check asks. torch.compile is X05's own quantity
     (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
     should pay."""
@@ -432,12 +434,16 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     if batch is not None and batch not in _lever_batches(ctx, workloads.get(name, ctx.scale)):
         return out
     out.append("inference_mode")
-    casts = ("fp16", "bf16") if ctx.device.type == "cuda" else ("bf16",)
+    learner_gpu = ctx.device.type == "cuda" and not ctx.reference
+    casts = ("fp16",) if learner_gpu else ("fp16", "bf16") if ctx.device.type == "cuda" else ("bf16",)
     out += [f"no_grad+{c}" for c in casts]
     if name in CNNS and not _quick(ctx):  # see _CL_QUICK_NOTE
-        out.append("no_grad+channels_last")
-        if ctx.device.type == "cuda":
-            out += [f"no_grad+{c}+channels_last" for c in casts]
+        if learner_gpu:  # the lever a GPU user would stack: channels_last with half precision
+            out.append("no_grad+fp16+channels_last")
+        else:
+            out.append("no_grad+channels_last")
+            if ctx.device.type == "cuda":
+                out += [f"no_grad+{c}+channels_last" for c in casts]
     return out
 
 
@@ -928,7 +934,9 @@ def c18(ctx):
                          "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
         del model
         full = workloads.get(name, "full").default_batch
-        fb = _batches(ctx, "full_batches", (full,) if _quick(ctx) else (1, full // 4, full, 4 * full))
+        # the estimates' sweep: the default batch in a learner's notebook (tiny CPU or GPU), four batches else
+        fb = _batches(ctx, "full_batches", (full,) if _quick(ctx) or (ctx.on_gpu and not ctx.reference)
+                      else (1, full // 4, full, 4 * full))
         rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
         for p in _pairs(rows, "eval+grad", "eval+no_grad"):
             est.append({"workload": name, "scale": "full", "batch": p["batch"],
@@ -974,6 +982,7 @@ def _seq_sweep(ctx) -> dict:
     (math attention) and on the fake CPU device (fused flash attention). Both are exact and
     deterministic, so C19 and C21 share one sweep per process."""
     lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
+                          (128, 512, 2048) if ctx.on_gpu and not ctx.reference else
                           (128, 256, 512, 1024, 2048, 4096)))
     # the estimates' longer list of sequence lengths: at small/full scale on a CPU, and in the GPU reference
     reference = ctx.reference or (not ctx.on_gpu and not _quick(ctx))
