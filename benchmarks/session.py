@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nogradlab.procmem import PeakRSS  # noqa: E402
+from nogradlab.procmem import PeakRSS, import_floor  # noqa: E402
 
 BUDGETS = {"notebook_s": 30.0, "papermill_total_s": 150.0, "claims_s": 45.0, "run_s": 180.0,
            "kernel_peak_rss_bytes": 1.0e9}
@@ -133,19 +133,6 @@ def run_claims() -> dict:
     rest = sum(s for s in per.values() if s < 0.5)
     print(f"         the other {sum(1 for s in per.values() if s < 0.5)} claims together {rest:.2f} s")
     return {"seconds": round(seconds, 2), "exit": proc.returncode, "per_claim_seconds": per}
-
-
-def import_floor() -> int:
-    """Peak RSS of a kernel that only imports what every notebook imports (torch, torchvision, pandas,
-    matplotlib, nogradlab): the floor under every notebook's figure, set by the PyTorch build."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import torch, torchvision, pandas, matplotlib.pyplot\nimport nogradlab, nogradlab.claims, nogradlab.widgets")])
-    with PeakRSS(kernels_only=True) as rss:
-        NotebookClient(nb, kernel_name="python3", timeout=600).execute()
-    return rss.peak
 
 
 def run_fresh_clone() -> dict:

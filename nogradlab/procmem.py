@@ -13,7 +13,25 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["PeakRSS"]
+__all__ = ["PeakRSS", "import_floor", "FLOOR_IMPORTS"]
+
+#: what every notebook's first cells import: a kernel running only this peaks at the "import floor"
+FLOOR_IMPORTS = ("import torch, torchvision, pandas, matplotlib.pyplot\n"
+                 "import nogradlab, nogradlab.claims, nogradlab.widgets")
+
+
+def import_floor(kernel_name: str = "python3") -> int:
+    """Peak RSS (bytes) of a Jupyter kernel that only runs :data:`FLOOR_IMPORTS`: the floor under every
+    notebook's figure, set by the PyTorch build (the CUDA wheels map their CUDA libraries at import:
+    torch 2.14.1+cu130 holds about 0.73 GB after ``import torch`` alone, the CPU wheel torch 2.13.0+cpu
+    0.22 GB, both measured on a 2-core AMD EPYC)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FLOOR_IMPORTS)])
+    with PeakRSS(kernels_only=True) as rss:
+        NotebookClient(nb, kernel_name=kernel_name, timeout=600).execute()
+    return rss.peak
 
 
 class PeakRSS:

@@ -14,7 +14,8 @@ def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
     tr.section("notebooks through papermill (device=cpu, scale=tiny)")
     for stem, r in runs.items():
-        tr.write_line(f"{stem:<40} {r['seconds']:7.1f} s   kernel peak RSS {r['peak_rss'] / 1e6:7.0f} MB")
+        above = f"   {r['above_floor'] / 1e6:+5.0f} MB over the import floor" if "above_floor" in r else ""
+        tr.write_line(f"{stem:<40} {r['seconds']:7.1f} s   kernel peak RSS {r['peak_rss'] / 1e6:7.0f} MB{above}")
     total = sum(r["seconds"] for r in runs.values())
     peak = max(r["peak_rss"] for r in runs.values())
     tr.write_line(f"{'total':<40} {total:7.1f} s   highest peak RSS {peak / 1e6:7.0f} MB")

@@ -417,6 +417,14 @@ _CL_QUICK_NOTE = ("not timed in a tiny CPU run (a copy of the model in channels_
                   "kernel its weights again; notebook 09 times it by hand); timed at small and full scale")
 
 
+# C20's training-step row (shown, never deciding a cell) in a tiny CPU run: a ResNet-50 training step holds
+# its weights three times (weights, gradients, SGD momentum: 300 MB) beside the forward's model, the
+# largest share of notebook 05's kernel on a 1-2 GB Binder machine
+_TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the weights three times, weights, "
+                     "gradients and momentum, which a learner's 1-2 GB kernel should not pay for a row that "
+                     "decides nothing; pass train_step_timing=True)")
+
+
 def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     """Every forward setting timed in one condition, whichever check asks first (so that each
     number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
@@ -1165,10 +1173,12 @@ def c20(ctx):
         case = "no_grad (fast path off)" if "no_grad (fast path off)" in c.settings else "no_grad"
         speed = c.triple(case, "gain")
         speed_fast = c.triple("no_grad", "gain")
-        train = _train_step_timing(ctx, name, b)
-        tr_ratio, (tr_lo, tr_hi) = timing.bootstrap_ratio(train.times, c.comparison.timings["no_grad"].times,
-                                                          seed=ctx.seed)
-        train_row = (tr_ratio - 1, tr_lo - 1, tr_hi - 1)
+        train, train_row = None, (None, None, None)
+        if ctx.params.get("train_step_timing", not _quick(ctx)):
+            train = _train_step_timing(ctx, name, b)
+            tr_ratio, (tr_lo, tr_hi) = timing.bootstrap_ratio(train.times, c.comparison.timings["no_grad"].times,
+                                                              seed=ctx.seed)
+            train_row = (tr_ratio - 1, tr_lo - 1, tr_hi - 1)
 
         factor, batches = None, {}
         if do_batch:
@@ -1188,7 +1198,7 @@ def c20(ctx):
                "speed_gain_with_fast_path": speed_fast[0], "speed_gain_with_fast_path_ci": list(speed_fast[1:]),
                "batch_factor": factor, "batch_band": art["batch"],
                "training_step_vs_no_grad_forward": train_row[0],
-               "training_step_vs_no_grad_forward_ci": list(train_row[1:]),
+               "training_step_vs_no_grad_forward_ci": list(train_row[1:]) if train is not None else None,
                "memory_saved_forward_only": mem_fwd,
                "parameter_bytes": param_bytes(name, "full"), "grad_forward_total_bytes": gr["total_peak_bytes"],
                "time_saved": c.triple(case)[0],
@@ -1196,12 +1206,12 @@ def c20(ctx):
                "memory_batch": full_b, "largest_batch": batches,
                "timing": {"grad_forward": c.comparison.timings["grad"].median,
                           "no_grad_forward": c.comparison.timings[case].median,
-                          "train_step": train.median}}
+                          "train_step": train.median if train is not None else None}}
         row["in_band"] = {
             "memory": in_band(mem, art["memory"], "pct0"),
             "speed": band_verdict([speed_printed], *art["speed"], higher_is_better=False) == "holds",
-            "training_step": band_verdict([tuple(round(v, 2) for v in train_row)], *art["speed"],
-                                          higher_is_better=False) == "holds",
+            "training_step": None if train is None else band_verdict(
+                [tuple(round(v, 2) for v in train_row)], *art["speed"], higher_is_better=False) == "holds",
             "memory_forward_only": in_band(mem_fwd, art["memory"], "pct0"),
             "batch": None if factor is None else in_band(factor, art["batch"], "x1")}
         rows.append(row)
@@ -1215,8 +1225,9 @@ def c20(ctx):
         f"(article +{_fmt_band(r['speed_band'], 'pct')}), batch "
         + (f"{r['batch_factor']:.1f}x" if r["batch_factor"] is not None else "n/a")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
+    timed_train = [r for r in rows if r["training_step_vs_no_grad_forward"] is not None]
     train_desc = ", ".join(f"{r['workload']} {_signed_ci(r['training_step_vs_no_grad_forward'], *r['training_step_vs_no_grad_forward_ci'])}"
-                           for r in rows)
+                           for r in timed_train)
     fast = [r for r in rows if r["speed_case"] != "no_grad"]
     summary = (f"{n_ok} of {len(cells)} cells fall in the article's band, as printed (memory to whole %, "
                f"batch factor to 0.1x; memory and batch factor at full size on a virtual 16 GiB CUDA device; "
@@ -1224,8 +1235,9 @@ def c20(ctx):
                f"{desc}."
                + "".join(f" {r['workload']}'s speed excludes its fused fast path (with it: "
                          f"{r['speed_gain_with_fast_path']:+.0%})." for r in fast)
-               + f" Separate row, not counted: a training step vs a no_grad forward takes {train_desc} "
-               "longer (not a no_grad effect: backward and the optimizer step are extra work)."
+               + (f" Separate row, not counted: a training step vs a no_grad forward takes {train_desc} "
+                  "longer (not a no_grad effect: backward and the optimizer step are extra work)." if timed_train else
+                  f" Separate row, not counted: a training step vs a no_grad forward, {_TRAIN_QUICK_NOTE}.")
                + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
                             higher_is_better=False) + _samples_note(ctx, "C20", [forward_condition(ctx, r["workload"], r["speed_batch"])
                                                                   for r in rows]))
