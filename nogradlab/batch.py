@@ -275,7 +275,19 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
     if g2 is not None and g2 not in pts:
         pts[g2] = probe(g2)
         g = g2
+    # the upper line can fit (a cuDNN workspace the cap shrinks: U-Net's no_grad forward allocates 20.6 GB
+    # uncapped at batch 262, which fits under 16 GiB): step up by a quarter until a batch does not
+    up = g
+    for _ in range(6):
+        if not pts[up][0] or up >= max_batch:
+            break
+        up = min(max(up + 1, int(up * 1.25)), max_batch)
+        if up not in pts:
+            pts[up] = probe(up)
     low = _secant(pts, 1, b2, g, budget, max_batch)
+    best_fit = max((b for b, r in pts.items() if r[0]), default=1)
+    if low is not None and low <= best_fit:
+        low = None  # a larger batch is known to fit: the lower line has nothing to add
     if low is not None and low not in pts:
         pts[low] = probe(low)
         gap = max(g - low, 1)
@@ -358,13 +370,13 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
 @functools.lru_cache(maxsize=4096)
 def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str,
                   held: int, budget: int, fast=None) -> tuple:
-    """(fits, modelled reserved peak without a cap, total allocated peak, notes): the step's trace
+    """(fits, modelled reserved peak without a cap, modelled allocated peak, notes): the step's trace
     replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from . import allocator as _alloc
 
     r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
     sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
-    return not sim.oom, int(r.reserved_bytes), int(r.total_peak_bytes), tuple(r.notes)
+    return not sim.oom, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
 
 
 def _forget_estimates() -> None:
