@@ -3,7 +3,7 @@ search there, and about how long that takes, from the protocol's own knobs (roun
 budgets, batches, cases) and per-call times measured on a reference GPU.
 
     from nogradlab import plan
-    p = plan.cuda_plan()            # {notebook: {"seconds": ..., "items": [(what, seconds), ...]}}
+    p = plan.cuda_plan()            # {notebook: {"planned_s": ..., "items": [(what, seconds), ...]}}
     print(plan.table(p))
 
 A plan is an upper estimate, not a measurement: a timed condition is planned as if its intervals
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["reference", "forward_seconds", "condition_seconds", "cuda_plan", "table", "NOTEBOOK_BUDGET_S",
+__all__ = ["reference", "forward_time", "planned_condition", "cuda_plan", "table", "NOTEBOOK_BUDGET_S",
            "TOTAL_BUDGET_S"]
 
 NOTEBOOK_BUDGET_S = 60.0  # a learner's notebook on an H200-class GPU
@@ -34,7 +34,7 @@ def reference(name: str = "h200") -> dict:
     return json.loads(path.read_text())
 
 
-def forward_seconds(ref: dict, workload: str, batch: int) -> float:
+def forward_time(ref: dict, workload: str, batch: int) -> float:
     """One grad-enabled forward of ``workload`` at full scale and ``batch`` on the reference GPU: the
     line through its two measured batches (time grows about linearly with the batch once the GPU is
     busy; below the smaller batch the smaller batch's time is used: a launch-bound forward does not
@@ -45,7 +45,7 @@ def forward_seconds(ref: dict, workload: str, batch: int) -> float:
     return float(t0 + (t1 - t0) * (batch - b0) / (b1 - b0))
 
 
-def condition_seconds(knobs: dict, cases: int, t_call: float, build_s: float) -> float:
+def planned_condition(knobs: dict, cases: int, t_call: float, build_s: float) -> float:
     """One shared forward condition (:func:`nogradlab.claims.numbers.forward_condition`), planned: the
     model built and the clocks warmed (``build_s``), ``warmup`` calls and the calibration per case,
     the minimum ``rounds``, then rounds until the ``time_budget`` (one block past it at most) or
@@ -70,7 +70,7 @@ def _ctx(params=None):
 
 
 def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
-    """``{notebook: {"seconds": s, "items": [(what, seconds)]}}`` for a run of every notebook at
+    """``{notebook: {"planned_s": s, "items": [(what, seconds)]}}`` for a run of every notebook at
     ``scale="auto"`` (full) on a CUDA GPU like the reference one, with the checks' default knobs
     (``params`` as a notebook would pass them to every check)."""
     from . import workloads
@@ -95,13 +95,13 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
                 b = N._speed_batch(ctx, wl)
                 conditions.setdefault((wl.name, b), []).append(cid)
                 n = int(ctx.params.get("n_batches", 20))
-                items.append(("C17 validation loop, both ways", 2 * n * forward_seconds(ref, wl.name, b)))
+                items.append(("C17 validation loop, both ways", 2 * n * forward_time(ref, wl.name, b)))
             elif cid == "C20":
                 for n in names:
                     wl = workloads.get(n, "full")
                     b = N._speed_batch(ctx, wl)
                     conditions.setdefault((n, b), []).append(cid)
-                    t_train = ref["train_over_forward"] * forward_seconds(ref, n, b)
+                    t_train = ref["train_over_forward"] * forward_time(ref, n, b)
                     items.append((f"C20 {n} training step timed", knobs["min_run_time"] + knobs["warmup"] * t_train))
                     items.append((f"C20 {n} estimates at the default batch (train, grad, no_grad)",
                                   sum(ref["trial_s"][f"{n} {m}"] for m in ("train", "grad", "eval+no_grad"))))
@@ -130,12 +130,12 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
                 for n in N.FEED_FORWARD:
                     wl = workloads.get(n, "full")
                     d = wl.default_batch
-                    real = ref["build_s"] + sum(2 * (forward_seconds(ref, n, b) + ref["probe_s"]) for b in (1, d, 2 * d))
+                    real = ref["build_s"] + sum(2 * (forward_time(ref, n, b) + ref["probe_s"]) for b in (1, d, 2 * d))
                     fb = ctx.params.get("full_batches") or ((d,) if not ctx.reference else (1, d // 4, d, 4 * d))
                     items.append((f"C18 {n}: 3 real batches, {len(fb)} estimated", real + 2 * len(fb) * ref["trial_s"][f"{n} grad"]))
             elif cid == "C19":
                 lens = (128, 512, 2048) if not ctx.reference else (128, 256, 512, 1024, 2048, 4096)
-                t16 = forward_seconds(ref, "transformer_base", 16)
+                t16 = forward_time(ref, "transformer_base", 16)
                 real = ref["build_s"] + sum(2 * (t16 * L / 512 + ref["probe_s"]) for L in lens)
                 n_est = 5 if not ctx.reference else 10
                 items.append((f"C19 {len(lens)} real sequence lengths, {n_est} estimated",
@@ -145,8 +145,8 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
         for (n, b), readers in conditions.items():
             cases = len(N._lever_settings(ctx, n, b))
             items.append((f"forward condition {n}@{b} ({cases} cases; {', '.join(readers)})",
-                          condition_seconds(knobs, cases, forward_seconds(ref, n, b), ref["build_s"])))
-        plan[nb] = {"seconds": sum(s for _, s in items), "items": items}
+                          planned_condition(knobs, cases, forward_time(ref, n, b), ref["build_s"])))
+        plan[nb] = {"planned_s": sum(s for _, s in items), "items": items}
     return plan
 
 
@@ -173,6 +173,6 @@ def table(plan: dict) -> str:
     for nb, p in plan.items():
         top = sorted(p["items"], key=lambda kv: -kv[1])[:3]
         lines.append(f"{nb:<40} {p['seconds']:6.1f} s   " + "; ".join(f"{w} {s:.1f} s" for w, s in top))
-    total = sum(p["seconds"] for p in plan.values())
+    total = sum(p["planned_s"] for p in plan.values())
     lines.append(f"{'total':<40} {total:6.1f} s   ({math.ceil(total / 60)} min)")
     return "\n".join(lines)

@@ -18,9 +18,9 @@ def learner():
 
 def test_every_notebook_fits_a_learners_minute_on_an_h200(learner):
     print("\nplanned seconds per notebook on an NVIDIA H200 at scale='auto' (full):\n" + plan.table(learner))
-    over = {nb: round(p["seconds"], 1) for nb, p in learner.items() if p["seconds"] > plan.NOTEBOOK_BUDGET_S}
+    over = {nb: round(p["planned_s"], 1) for nb, p in learner.items() if p["planned_s"] > plan.NOTEBOOK_BUDGET_S}
     assert not over, f"planned over {plan.NOTEBOOK_BUDGET_S:.0f} s: {over}"
-    total = sum(p["seconds"] for p in learner.values())
+    total = sum(p["planned_s"] for p in learner.values())
     assert total <= plan.TOTAL_BUDGET_S, f"the collection is planned at {total:.0f} s"
 
 
@@ -35,7 +35,7 @@ def test_the_reference_run_is_planned_longer_and_says_what_it_adds():
     ref = plan.cuda_plan(params={"reference": True})
     learner = plan.cuda_plan()
     print("\nplanned reference run (benchmarks/gpu_reference.py):\n" + plan.table(ref))
-    assert sum(p["seconds"] for p in ref.values()) > sum(p["seconds"] for p in learner.values())
+    assert sum(p["planned_s"] for p in ref.values()) > sum(p["planned_s"] for p in learner.values())
     words = " ".join(w for p in ref.values() for w, _ in p["items"])
     assert "every search real" in words and "torch.compile" in words and "@128" in words
 
@@ -43,19 +43,19 @@ def test_the_reference_run_is_planned_longer_and_says_what_it_adds():
 def test_a_condition_is_planned_from_the_protocols_knobs():
     k = dict(rounds=10, min_run_time=0.1, warmup=3, max_rounds=400, time_budget=1.5)
     # a fast call: the rounds run until the time budget (as if undecided), plus one block
-    fast = plan.condition_seconds(k, cases=2, t_call=1e-4, build_s=0.0)
+    fast = plan.planned_condition(k, cases=2, t_call=1e-4, build_s=0.0)
     per_round = 2 * (0.01 + 2e-4)
     warm = 2 * (3e-4 + 2 * 0.01)
     assert fast == pytest.approx(warm + 1.5 + 5 * per_round)
     # ... or until their most rounds, whichever comes first
-    assert plan.condition_seconds({**k, "max_rounds": 40}, 2, 1e-4, 0.0) == pytest.approx(warm + 40 * per_round)
+    assert plan.planned_condition({**k, "max_rounds": 40}, 2, 1e-4, 0.0) == pytest.approx(warm + 40 * per_round)
     # a slow call: the minimum rounds alone pass the budget; every sample pays Timer's two untimed calls
-    slow = plan.condition_seconds(k, cases=3, t_call=0.1, build_s=1.0)
+    slow = plan.planned_condition(k, cases=3, t_call=0.1, build_s=1.0)
     assert slow == pytest.approx(1.0 + 3 * (0.3 + 0.2) + 10 * 3 * 0.3)
     # more rounds or cases cost more; a larger budget never costs less
-    assert plan.condition_seconds({**k, "rounds": 20}, 3, 0.1, 1.0) > slow
-    assert plan.condition_seconds(k, 4, 0.1, 1.0) > slow
-    assert plan.condition_seconds({**k, "time_budget": 3.0}, 2, 1e-4, 0.0) > fast
+    assert plan.planned_condition({**k, "rounds": 20}, 3, 0.1, 1.0) > slow
+    assert plan.planned_condition(k, 4, 0.1, 1.0) > slow
+    assert plan.planned_condition({**k, "time_budget": 3.0}, 2, 1e-4, 0.0) > fast
 
 
 def test_the_learners_gpu_protocol_is_what_the_plan_assumes():
@@ -69,7 +69,7 @@ def test_the_learners_gpu_protocol_is_what_the_plan_assumes():
 def test_forward_times_follow_the_reference_measurements():
     ref = plan.reference()
     (b0, t0), (b1, t1) = ref["forward_s"]["resnet50"]
-    assert plan.forward_seconds(ref, "resnet50", b0) == pytest.approx(t0)
-    assert plan.forward_seconds(ref, "resnet50", b1) == pytest.approx(t1)
-    assert plan.forward_seconds(ref, "resnet50", 1) == pytest.approx(t0)  # launch-bound below
-    assert plan.forward_seconds(ref, "resnet50", 4 * b1) > t1
+    assert plan.forward_time(ref, "resnet50", b0) == pytest.approx(t0)
+    assert plan.forward_time(ref, "resnet50", b1) == pytest.approx(t1)
+    assert plan.forward_time(ref, "resnet50", 1) == pytest.approx(t0)  # launch-bound below
+    assert plan.forward_time(ref, "resnet50", 4 * b1) > t1
