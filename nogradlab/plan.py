@@ -172,7 +172,7 @@ def table(plan: dict) -> str:
     lines = []
     for nb, p in plan.items():
         top = sorted(p["items"], key=lambda kv: -kv[1])[:3]
-        lines.append(f"{nb:<40} {p['seconds']:6.1f} s   " + "; ".join(f"{w} {s:.1f} s" for w, s in top))
+        lines.append(f"{nb:<40} {p['planned_s']:6.1f} s   " + "; ".join(f"{w} {s:.1f} s" for w, s in top))
     total = sum(p["planned_s"] for p in plan.values())
     lines.append(f"{'total':<40} {total:6.1f} s   ({math.ceil(total / 60)} min)")
     return "\n".join(lines)
