@@ -36,7 +36,8 @@ OUT_DIR = REPO / "test-artifacts" / "papermill"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
 STEMS = [p.stem for p in NOTEBOOKS]
 # Memory guards, per notebook (kernel process tree), each >= 1.25 x the highest figure measured (2026-12-01,
-# torch 2.14.1+cu130: peak 1.42 GB in 05, of which 0.43 GB above the import floor of 0.99 GB). The part
+# torch 2.14.1+cu130, 05: peak 1.43 GB; 0.35 GB above the import floor, 0.43 GB before C20's training-step
+# row left the tiny run; the floor itself moves between 0.87 and 1.08 GB with the page cache). The part
 # above the floor is what the lessons themselves hold; the floor is the PyTorch build's (a CPU build's is
 # far lower: see nogradlab.procmem.import_floor), so the whole figure is guarded more loosely.
 RSS_LIMIT = 1.8e9
