@@ -115,7 +115,7 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
             elif cid in ("C04", "C09"):
                 real = capacity._real_search(ctx)
                 if cid == "C04":
-                    budgets = ctx.params.get("budgets_gib", _c04_budgets(ctx))
+                    budgets = ctx.params.get("budgets_gib", capacity.default_budgets(ctx))
                     for n in list(ctx.params.get("workloads", workloads.names())):
                         for gib in budgets:
                             items += _searches(ref, f"C04@{gib:g}", n)
@@ -148,13 +148,6 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
                           planned_condition(knobs, cases, forward_time(ref, n, b), ref["build_s"])))
         plan[nb] = {"planned_s": sum(s for _, s in items), "items": items}
     return plan
-
-
-def _c04_budgets(ctx) -> tuple:
-    """C04's GPU budgets in GiB with its defaults (see :func:`nogradlab.claims.capacity.c04`)."""
-    from .claims import capacity
-
-    return capacity.default_budgets(ctx)
 
 
 def _searches(ref: dict, where: str, workload: str) -> list:

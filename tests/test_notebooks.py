@@ -15,12 +15,10 @@ warnings reach a learner) and show no table cell cut off by pandas ("..." or "â€
 """
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
 from pathlib import Path
 

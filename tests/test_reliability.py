@@ -1,9 +1,6 @@
 """Issue 17, findings 8-10: environment variables, seeds, budgets and sizes are checked before any work
 with an error naming the variable or the allowed values; small things that printed a wrong number."""
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
