@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from nogradlab import allocator, claims, memory, workloads  # noqa: E402
-from nogradlab.claims import capacity  # noqa: E402
-from nogradlab.claims import numbers as N  # noqa: E402
+from nogradlab.claims import searches as capacity  # noqa: E402
+from nogradlab.claims import measure as N  # noqa: E402
 from nogradlab.outdir import write_text_atomic  # noqa: E402
 
 GiB = 2 ** 30

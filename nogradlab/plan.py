@@ -46,7 +46,7 @@ def forward_time(ref: dict, workload: str, batch: int) -> float:
 
 
 def planned_condition(knobs: dict, cases: int, t_call: float, build_s: float) -> float:
-    """One shared forward condition (:func:`nogradlab.claims.numbers.forward_condition`), planned: the
+    """One shared forward condition (:func:`nogradlab.claims.measure.forward_condition`), planned: the
     model built and the clocks warmed (``build_s``), ``warmup`` calls and the calibration per case,
     the minimum ``rounds``, then rounds until the ``time_budget`` (one block past it at most) or
     ``max_rounds``, as if the intervals never decided. A sample takes ``min_run_time / rounds`` or one
@@ -74,8 +74,9 @@ def cuda_plan(ref: "dict | None" = None, params: "dict | None" = None) -> dict:
     ``scale="auto"`` (full) on a CUDA GPU like the reference one, with the checks' default knobs
     (``params`` as a notebook would pass them to every check)."""
     from . import workloads
-    from .claims import NOTEBOOKS, capacity
-    from .claims import numbers as N
+    from .claims import NOTEBOOKS
+    from .claims import searches as capacity
+    from .claims import measure as N
 
     ref = ref or reference()
     ctx = _ctx(params)

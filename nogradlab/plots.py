@@ -13,7 +13,7 @@ inline backend. Titles name the hardware and the scale the data came from.
   drawn from its evidence (a ``claims.Result`` or its ``to_dict()``, as in claims.json).
 
 The data come from the claim checks' evidence or from the package's sweeps, e.g.
-``nogradlab.claims.numbers.estimate_sweep`` for ``memory_vs_batch``.
+``nogradlab.claims.measure.estimate_sweep`` for ``memory_vs_batch``.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def memory_vs_batch(rows, *, device: str, scale: "str | None" = None, value: str
     workload.
 
     ``rows``: dicts (or a DataFrame) with ``mode`` (or ``setting``), ``batch``, ``value`` and
-    optionally ``workload`` keys, e.g. from ``nogradlab.claims.numbers.estimate_sweep`` with
+    optionally ``workload`` keys, e.g. from ``nogradlab.claims.measure.estimate_sweep`` with
     ``value="total_peak_bytes"``.
     """
     rows = [{"mode": r.get("setting"), **r} if "mode" not in r else r for r in _rows(rows)]

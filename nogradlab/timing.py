@@ -700,26 +700,24 @@ class RunCache:
     cache; within a notebook's kernel the cache lives as long as the process, so two checks of one
     run read the same numbers. :meth:`clear` empties it (``claims.new_run()`` calls it).
 
-    ``python -m nogradlab run`` executes each notebook in its own kernel, all with the same
-    ``NOGRADLAB_LEDGER`` file: then every value is also kept beside that ledger, in the folder
-    ``<ledger>.timings/`` (one pickle per key, written by this run), so a notebook reads what an
-    earlier notebook of the same run measured."""
+    ``disk_dir``, when set, also keeps every value in that folder (one pickle per key): the run
+    pipeline sets it (:func:`nogradlab.pipeline.attach_run_cache`) so that each notebook kernel of
+    ``python -m nogradlab run`` reads what an earlier notebook of the same run measured."""
 
-    def __init__(self):
+    def __init__(self, disk_dir: "str | None" = None):
         self._store: dict = {}
         self.hits = 0
         self.misses = 0
+        self.disk_dir = disk_dir
 
-    @staticmethod
-    def _disk_path(key) -> "str | None":
+    def _disk_path(self, key) -> "str | None":
         import hashlib
         import os
 
-        ledger = os.environ.get("NOGRADLAB_LEDGER")
-        if not ledger:
+        if not self.disk_dir:
             return None
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:32] + ".pkl"
-        return os.path.join(ledger + ".timings", name)
+        return os.path.join(self.disk_dir, name)
 
     def get(self, key, make: Callable[[], object]):
         import os

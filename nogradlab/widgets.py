@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from . import device as _device
 from . import memory as _memory
+from . import pipeline as _pipeline
 from . import modes as _modes
 from . import timing as _timing
 from . import workloads as _workloads
@@ -52,7 +53,7 @@ def live_frontend() -> bool:
     shell = get_ipython()
     if shell is None or getattr(shell, "kernel", None) is None:
         return False
-    headless = "PYTEST_CURRENT_TEST" in os.environ or "NOGRADLAB_LEDGER" in os.environ
+    headless = "PYTEST_CURRENT_TEST" in os.environ or _pipeline.in_run()
     return env != "" or not headless
 
 

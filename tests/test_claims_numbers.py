@@ -13,7 +13,7 @@ import torch
 
 from nogradlab import claims, workloads
 from nogradlab.claims import VERDICTS
-from nogradlab.claims import numbers as N
+from nogradlab.claims import measure as N
 
 FAST = {"rounds": 3, "min_run_time": 0.03}
 IDS = ["C03", "C08", "C13", "C16", "C17", "C18", "C19", "C20", "C21", "C23", "X05"]

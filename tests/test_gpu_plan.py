@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nogradlab import claims, plan
-from nogradlab.claims import numbers as N
+from nogradlab.claims import measure as N
 
 
 @pytest.fixture(scope="module")

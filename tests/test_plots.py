@@ -22,7 +22,7 @@ def _texts(fig: Figure) -> str:
 
 
 def test_memory_vs_batch_from_an_estimate_sweep():
-    from nogradlab.claims.numbers import estimate_sweep
+    from nogradlab.claims.measure import estimate_sweep
 
     rows = estimate_sweep("mlp", [1, 4], ("train", "eval+grad", "eval+no_grad"), device="cpu", scale="tiny")
     fig = plots.memory_vs_batch(rows, device="cpu (test)", scale="tiny", value="total_peak_bytes")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nogradlab import claims, report, timing
-from nogradlab.claims import numbers as N
+from nogradlab.claims import measure as N
 from nogradlab.claims import rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_every_claim_has_a_rule_sentence():
     for cid, rule in rules.RULES.items():
         assert len(rule.text) > 30 and rule.text[0].isupper(), cid
     # numbers the checks use come from the rules
-    from nogradlab.claims import capacity
+    from nogradlab.claims import searches as capacity
 
     assert capacity.C09_TOLERANCE == rules.RULES["C09"].band
     assert rules.RULES["C12"].threshold == 0.05 and "5 %" in rules.RULES["C12"].text

@@ -1,28 +1,43 @@
-"""The claim ledger: every claim of the article (C01-C30) and what it leaves out (X01-X05),
-each with a check that measures or asserts it in this run and returns a :class:`Result`.
+"""The claim ledger: every claim of the article (C01-C30) and what it leaves out (X01-X05).
 
     from nogradlab import claims
     r = claims.check("C06", device="cpu", scale="tiny")
-    r.verdict, r.summary, r.evidence
+    r.verdict, r.summary, r.measurements, r.scope
 
-Every check's verdict rule is data (:mod:`nogradlab.claims.rules`): each result carries it as
-``rule``, one human sentence. Timings are measured once per run and condition and shared between
+**A claim is data.** Each claim is declared once, beside its check, in the module of the notebook
+that teaches it (``nogradlab/claims/nb01_what_no_grad_does.py`` ... ``nb09_beyond_no_grad.py``):
+:func:`declare` gives its id, section, paraphrase, the article's figure, kind, rule, the evidence a
+verdict stands on (``basis``), plot and key chart; ``@C.measures`` registers the check, which
+returns measurements (a JSON-able dict: values with their CIs, conditions); ``@C.judges``
+registers the judge, a pure function ``(Measurements, Rule) -> Judgement``. Every table of the
+package (``NOTEBOOKS``, the rules, the plots, the report's key charts) is built from these
+declarations. The guide for adding or changing a claim is ``nogradlab/claims/README.md``.
+
+**Measurements apart from judgement.** ``claims.json`` stores the measurements; ``claims``,
+``run`` and the report judge every column with today's rules (:func:`judge_entry`), this run's and
+every reference in ``results/``. A column that lacks what today's rule needs shows "needs
+re-measuring" for that claim, never an old verdict.
+
+**Every verdict names its evidence** (``Result.scope``): measured here (device, scale), estimated
+for a GPU by the allocator model, or measured on a reference machine. A speed claim about GPUs
+(``basis="gpu speed"``) run on a CPU takes its verdict from the reference GPU's measurements in
+``results/`` judged by today's rule; this machine's figures are shown beside it, "on your machine".
+
+Verdicts: ``holds``, ``does not hold``, ``depends`` (true under some measured conditions, false under
+others: the summary says which), ``inconclusive`` (some conditions' intervals straddle a band edge
+and none of the decided ones conflict: the summary says how many more rounds would decide it),
+``not testable`` (an unsourced statistic; the mechanism behind it is measured) and ``needs
+re-measuring`` (a stored column lacks what today's rule reads). The band readings are
+:mod:`nogradlab.claims.rules`. Timings are measured once per run and condition and shared between
 checks (:data:`nogradlab.timing.RUN`; :func:`new_run` forgets them).
-
-Verdicts are computed from the run, never stored: ``holds``, ``does not hold``, ``depends`` (true
-under some measured conditions, not others: the summary says which) and ``not testable`` (an
-unsourced statistic; where the mechanism behind it can be tested, the evidence holds that test).
-
-When the environment variable ``NOGRADLAB_LEDGER`` names a file, every result is appended to it
-as one JSON line (with ``NOGRADLAB_NOTEBOOK`` as the notebook that checked it): that is how
-``python -m nogradlab run`` collects the notebooks' verdicts into ``claims.json``.
 """
 from __future__ import annotations
 
+import importlib
 import json
-import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,110 +45,152 @@ import torch
 
 from .. import device as _device
 from .. import memory as _memory
+from .. import pipeline as _pipeline
 from .. import workloads as _workloads
+from .rules import Band, Rule
 
-__all__ = ["VERDICTS", "KINDS", "Claim", "Result", "Context", "ids", "get", "all_claims", "check",
-           "check_all", "claim_check", "NOTEBOOKS", "results_table", "band_verdict", "rule", "new_run",
-           "format_ratio", "format_saved", "ledger_path"]
+__all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
+           "NeedsRemeasuring", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
+           "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
+           "Band", "Rule", "reference_entry"]
 
-VERDICTS = ("holds", "does not hold", "depends", "not testable")
+VERDICTS = ("holds", "does not hold", "depends", "inconclusive", "not testable", "needs re-measuring")
 KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced statistic",
          "unsourced statistic, testable mechanism")
+#: the evidence a verdict stands on: "here" (this run's measurement, any device), "estimate" (a
+#: memory or batch figure the article gives for GPUs: the full-size virtual-CUDA estimate, made
+#: here), "gpu speed" (a speed figure the article gives for GPUs: a GPU's measurement, this run's on
+#: a GPU, else the reference GPU's in results/), "mixed" (the judge reads both: C20's table)
+BASES = ("here", "estimate", "gpu speed", "mixed")
 
-# notebook stem -> the claims it checks (each claim in exactly one notebook)
-NOTEBOOKS = {
-    "01_what_no_grad_does": ["C01", "C02", "C03", "C04", "C05", "C06"],
-    "02_inside_the_engine": ["C07", "C08", "C09", "C10", "C11"],
-    "03_scoping_no_grad": ["C12", "C13", "X03", "X04"],
-    "04_eval_vs_no_grad": ["C14", "C15", "C16", "C17"],
-    "05_memory_and_speed_by_workload": ["C18", "C19", "C20", "C21"],
-    "06_decorators_contexts_and_autocast": ["C22", "C23", "C24", "C28"],
-    "07_production_serving": ["C25", "C26", "X02"],
-    "08_faq": ["C27", "C29", "C30"],
-    "09_beyond_no_grad": ["X01", "X05"],
-}
+#: the check modules, one per notebook, in the article's order
+MODULES = ("nb01_what_no_grad_does", "nb02_inside_the_engine", "nb03_scoping_no_grad", "nb04_eval_vs_no_grad",
+           "nb05_memory_and_speed_by_workload", "nb06_decorators_contexts_and_autocast",
+           "nb07_production_serving", "nb08_faq", "nb09_beyond_no_grad")
+
+#: what the allocator model's GPU estimates were validated against (README, results/h200-alloc-probe)
+ESTIMATE_VALIDATION = ("nogradlab's CUDA allocator model on a virtual CUDA device, validated within 2.6 % "
+                       "(median 1.35 %) of 24 largest-batch searches on an NVIDIA H200 "
+                       "(results/h200-alloc-probe)")
 
 
-@dataclass(frozen=True)
+class NeedsRemeasuring(KeyError):
+    """Raised by a judge when the measurements lack what its rule reads (a column made by older
+    code): the claim shows "needs re-measuring" for that column."""
+
+
+@dataclass
 class Claim:
+    """One claim, declared once (:func:`declare`) in its notebook's check module.
+
+    ``paraphrase`` is our words, never the article's; ``figure`` the article's figure as it gives it
+    (None when it gives none); ``rule`` the verdict rule; ``basis`` one of :data:`BASES`; ``plot``
+    the name of its figure in :mod:`nogradlab.plots` (None: no figure); ``key_chart`` a (title,
+    caption) pair when the report shows that figure among its key charts. ``measure`` and ``judge``
+    are registered with the :meth:`measures` and :meth:`judges` decorators."""
+
     id: str
     section: str
-    paraphrase: str  # our words, not the article's
-    figure: "str | None"  # the article's figure, as it gives it
+    paraphrase: str
+    figure: "str | None"
     kind: str
     notebook: str = ""
+    rule: "Rule | None" = None
+    basis: str = "here"
+    plot: "str | None" = None
+    key_chart: "tuple | None" = None
+    measure: object = field(default=None, repr=False, compare=False)
+    judge: object = field(default=None, repr=False, compare=False)
+
+    def measures(self, fn):
+        """Decorator: ``fn(ctx: Context) -> dict`` measures this claim."""
+        if self.measure is not None:
+            raise RuntimeError(f"claim {self.id} has two checks")
+        self.measure = fn
+        return fn
+
+    def judges(self, fn):
+        """Decorator: ``fn(m: Measurements, rule: Rule) -> Judgement`` judges this claim (pure: it
+        reads only ``m`` and ``rule``)."""
+        if self.judge is not None:
+            raise RuntimeError(f"claim {self.id} has two judges")
+        self.judge = fn
+        return fn
 
 
-# id, section, paraphrase, the article's figure, kind
-_TABLE = [
-    ("C01", "1", "no_grad switches gradient tracking off for everything run inside the block", None, "semantic"),
-    ("C02", "1", "inside no_grad no autograd graph is built or stored", None, "semantic"),
-    ("C03", "1", "wrapping inference in no_grad cuts its runtime", "20-40 %", "numeric"),
-    ("C04", "1", "no_grad lets larger batches fit in memory", None, "semantic+numeric"),
-    ("C05", "1", "every tensor created or modified inside no_grad has requires_grad=False", None, "semantic"),
-    ("C06", "1", "a tracked tensor multiplied by 3 inside no_grad gives requires_grad False and grad_fn None",
-     None, "semantic"),
-    ("C07", "2", "operators still run under no_grad but record nothing for backward", None, "semantic"),
-    ("C08", "2", "what backward keeps is the largest share of GPU memory in training", None, "numeric"),
-    ("C09", "2", "on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the "
-     "training batch", "~2.5x", "numeric"),
-    ("C10", "2", "no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds",
-     "0.4", "historical"),
-    ("C11", "2", "more than 60 % of tutorials and framework internals use no_grad by default", ">60 %",
-     "unsourced statistic"),
-    ("C12", "3", "nesting no_grad redundantly is an anti-pattern", None, "semantic+numeric"),
-    ("C13", "3", "one no_grad around the whole validation loop gives about 30 % more throughput than no_grad "
-     "around each call", "~30 %", "unsourced statistic, testable mechanism"),
-    ("C14", "3/4", "model.eval() and no_grad are independent of each other", None, "semantic"),
-    ("C15", "4", "no_grad never changes a model's predictions", None, "semantic"),
-    ("C16", "4", "eval() alone cut metric variability by about 7 %", "~7 %",
-     "unsourced statistic, testable mechanism"),
-    ("C17", "4", "adding no_grad to eval cut validation time by about 35 % with the same accuracy", "~35 %",
-     "numeric"),
-    ("C18", "5", "for feed-forward networks no_grad cuts peak memory by 20-40 %", "20-40 %", "numeric"),
-    ("C19", "5", "for transformers the saving per token is smaller but grows with sequence length", None,
-     "numeric"),
-    ("C20", "5", "the table: memory saved / speed gained / batch factor per model class, training vs "
-     "eval+no_grad on a 16 GB GPU", "ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / "
-     "20-25 % / 1.6-1.9x; U-Net 35-40 % / 30-35 % / 2.0-2.3x; two-layer MLP 15-20 % / 10-15 % / 1.2-1.4x",
-     "numeric"),
-    ("C21", "5", "at long sequences the memory saving can exceed 40 %", ">40 %", "numeric"),
-    ("C22", "6", "@torch.no_grad() as a decorator covers the whole function", None, "semantic"),
-    ("C23", "6", "profiling shows about 28 % less time in autograd-related operators, plus about 10 % from "
-     "larger batches", "28 % / 10 %", "numeric"),
-    ("C24", "6", "the torch.cuda.amp.autocast() pattern nested inside no_grad", None, "semantic"),
-    ("C25", "7", "87 % of serving projects wrap endpoints in no_grad; those without are 2.1x likelier to hit "
-     "memory limits", "87 % / 2.1x", "unsourced statistic, testable mechanism"),
-    ("C26", "7", "apply no_grad at the highest level, e.g. around the whole request handler", None, "semantic"),
-    ("C27", "FAQ", "do not use no_grad where backward is needed, e.g. gradient penalties or adversarial "
-     "attacks", None, "semantic"),
-    ("C28", "FAQ", "no_grad and autocast stack without interfering", None, "semantic"),
-    ("C29", "FAQ", "no_grad removes activation storage but not parameters or optimizer state", None,
-     "semantic+numeric"),
-    ("C30", "FAQ", "factory functions called with requires_grad=True inside no_grad still create tracking "
-     "leaves", None, "semantic"),
-    ("X01", "beyond", "torch.inference_mode skips more than no_grad (version counters, view tracking), "
-     "and its tensors cannot be saved for backward later", None, "semantic+numeric"),
-    ("X02", "beyond", "grad mode is thread-local: thread pools and worker threads do not inherit it", None,
-     "semantic"),
-    ("X03", "beyond", "accumulating losses as tensors (no .item()) keeps every graph alive", None,
-     "semantic+numeric"),
-    ("X04", "beyond", "torch.set_grad_enabled(flag) and torch.enable_grad() for conditional and nested use",
-     None, "semantic"),
-    ("X05", "beyond", "the bigger inference levers beside no_grad: autocast, channels_last, torch.compile",
-     None, "numeric"),
-]
+_CLAIMS: dict = {}
+_LOADED = False
 
-_NB_OF = {cid: nb for nb, cs in NOTEBOOKS.items() for cid in cs}
-_CLAIMS = {row[0]: Claim(*row, notebook=_NB_OF.get(row[0], "")) for row in _TABLE}
-_CHECKS: dict = {}
+
+def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
+            figure: "str | None" = None, basis: str = "here", plot: "str | None" = None,
+            key_chart: "tuple | None" = None) -> Claim:
+    """Declare a claim (once, in its notebook's check module) and return it."""
+    if id in _CLAIMS:
+        raise RuntimeError(f"claim {id} is declared twice")
+    if kind not in KINDS:
+        raise ValueError(f"claim {id}: kind {kind!r}; allowed: {', '.join(KINDS)}")
+    if basis not in BASES:
+        raise ValueError(f"claim {id}: basis {basis!r}; allowed: {', '.join(BASES)}")
+    if not isinstance(rule, Rule):
+        raise TypeError(f"claim {id}: rule must be a nogradlab.claims.rules.Rule")
+    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, plot, key_chart)
+    _CLAIMS[id] = c
+    return c
+
+
+def _load() -> None:
+    """Import every check module (each declares its claims), once."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    try:
+        for mod in MODULES:
+            importlib.import_module(f"{__name__}.{mod}")
+    except BaseException:
+        _LOADED = False
+        raise
+    order = {cid: i for i, cid in enumerate(sorted(_CLAIMS, key=lambda c: (c[0] != "C", c)))}
+    ordered = sorted(_CLAIMS.items(), key=lambda kv: order[kv[0]])
+    _CLAIMS.clear()
+    _CLAIMS.update(ordered)
+
+
+class _Notebooks(Mapping):
+    """notebook stem -> the claims it checks, built from the declarations (each claim in one)."""
+
+    def _table(self) -> dict:
+        _load()
+        out: dict = {}
+        for c in _CLAIMS.values():
+            out.setdefault(c.notebook, []).append(c.id)
+        return dict(sorted(out.items()))
+
+    def __getitem__(self, k):
+        return self._table()[k]
+
+    def __iter__(self):
+        return iter(self._table())
+
+    def __len__(self):
+        return len(self._table())
+
+    def __repr__(self):
+        return repr(self._table())
+
+
+#: notebook stem -> the claims it checks (from the declarations)
+NOTEBOOKS = _Notebooks()
 
 
 def ids() -> list:
+    _load()
     return list(_CLAIMS)
 
 
 def get(claim_id: str) -> Claim:
+    _load()
     try:
         return _CLAIMS[claim_id]
     except KeyError:
@@ -141,6 +198,7 @@ def get(claim_id: str) -> Claim:
 
 
 def all_claims() -> list:
+    _load()
     return list(_CLAIMS.values())
 
 
@@ -170,12 +228,69 @@ class Context:
         return bool(self.params.get("reference", False))
 
 
+class Measurements(Mapping):
+    """What a check measured (``values``, read like a dict) and where: ``device``
+    (:func:`nogradlab.device.describe`), ``scale``, ``torch``. A judge reads nothing else."""
+
+    def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = ""):
+        self.values = dict(values or {})
+        self.device = dict(device or {})
+        self.scale = scale
+        self.torch = torch_version
+
+    def __getitem__(self, k):
+        try:
+            return self.values[k]
+        except KeyError:
+            raise NeedsRemeasuring(k) from None
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self):
+        return len(self.values)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.get("type") == "cuda"
+
+    @property
+    def tiny_cpu(self) -> bool:
+        return not self.on_gpu and self.scale == "tiny"
+
+    @property
+    def label(self) -> str:
+        where = _device.label(self.device) if self.device else "unknown device"
+        return f"{where}, scale {self.scale}" if self.scale else where
+
+
+@dataclass
+class Judgement:
+    """A judge's answer: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (the measured figures in
+    one or two sentences), ``reading`` (one line that follows from them), ``conditions`` (one row
+    per judged condition: ``condition``, ``value``, ``ci``, ``reading``), ``scope`` (what the verdict
+    stands on, when the judge knows better than the claim's basis: ``{"basis", "text"}``)."""
+
+    verdict: str
+    summary: str
+    reading: str = ""
+    conditions: list = field(default_factory=list)
+    scope: "dict | None" = None
+
+
 @dataclass
 class Result:
+    """One claim's result: the verdict its judge gave on its measurements, with what it stands on.
+
+    ``measurements`` is what the check measured (``evidence`` is the same dict), ``scope`` what
+    the verdict stands on (``basis``: measured / estimated / reference, and ``text``), ``local`` the
+    judgement of this machine's own measurements when the verdict stands on another machine's
+    (a GPU speed claim run on a CPU), ``conditions`` the judged conditions."""
+
     id: str
     verdict: str
-    summary: str  # one or two sentences with the measured figures
-    evidence: dict  # JSON-able measurements
+    summary: str
+    measurements: dict
     figure: "str | None" = None
     section: str = ""
     kind: str = ""
@@ -185,10 +300,20 @@ class Result:
     torch: str = ""
     scale: str = ""
     seconds: float = 0.0
-    rule: str = ""  # the verdict rule, one sentence (nogradlab.claims.rules)
+    rule: str = ""
+    reading_text: str = ""
+    scope: dict = field(default_factory=dict)
+    conditions: list = field(default_factory=list)
+    local: "dict | None" = None
+
+    @property
+    def evidence(self) -> dict:
+        return self.measurements
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(asdict(self), default=_jsonable))
+        d = json.loads(json.dumps(asdict(self), default=_jsonable))
+        d["reading"] = d.pop("reading_text")
+        return d
 
     def __str__(self) -> str:
         fig = f" (article: {self.figure})" if self.figure else ""
@@ -201,39 +326,43 @@ class Result:
         lines.append(f"  reading: {self.reading}")
         lines.append(f"  rule: {self.rule}")
         lines.append(f"  measured: {self.summary}")
+        if self.scope:
+            lines.append(f"  evidence: {self.scope.get('text', '')}")
         where = _device.label(self.device) if self.device else ""
-        lines.append(f"  ({where}, scale {self.scale}; evidence: .evidence)")
+        lines.append(f"  ({where}, scale {self.scale}; measurements: .measurements)")
         return "\n".join(lines)
 
     @property
     def reading(self) -> str:
-        """One line that follows from the printed numbers: the check's own (``evidence['reading']``)
-        or the verdict put in words."""
-        r = self.evidence.get("reading") if isinstance(self.evidence, dict) else None
-        if r:
-            return r
+        """One line that follows from the printed numbers: the judge's own, or the verdict in words."""
+        if self.reading_text:
+            return self.reading_text
         fig = f" the article's {self.figure}" if self.figure else " the article's statement"
         return {"holds": f"The measurements agree with{fig}.",
                 "does not hold": f"The measurements disagree with{fig}.",
                 "depends": f"The measurements agree with{fig} under some conditions only (see below).",
-                "not testable": "The statistic has no source to test; the mechanism behind it is measured."
+                "inconclusive": "Some measurements are too noisy to decide (see below).",
+                "not testable": "The statistic has no source to test; the mechanism behind it is measured.",
+                "needs re-measuring": "These measurements lack what today's rule needs.",
                 }.get(self.verdict, self.verdict)
 
     def _repr_html_(self) -> str:
         import html
 
         colour = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
-                  "not testable": "#57606a"}.get(self.verdict, "#000")
+                  "inconclusive": "#8250df", "not testable": "#57606a",
+                  "needs re-measuring": "#57606a"}.get(self.verdict, "#000")
         fig = f"<br><i>article's figure:</i> {html.escape(self.figure)}" if self.figure else ""
         rule = (f"<br><i>rule:</i> {html.escape(self.rule)}" if self.rule else "")
+        scope = (f"<br><i>evidence:</i> {html.escape(self.scope.get('text', ''))}" if self.scope else "")
         where = html.escape(_device.label(self.device)) if self.device else ""
         return (f"<div class='nogradlab-result' style='border-left:4px solid {colour};padding:4px 8px'>"
                 f"<b>{self.id}</b> <span style='color:{colour};font-weight:bold'>{self.verdict}</span>"
                 f" &mdash; {html.escape(self.paraphrase)}{fig}"
                 f"<br><b>{html.escape(self.reading)}</b>{rule}"
-                f"<br><i>measured:</i> {html.escape(self.summary)}"
+                f"<br><i>measured:</i> {html.escape(self.summary)}{scope}"
                 f"<br><small>{where}, scale {html.escape(self.scale)}, {self.seconds:.1f} s</small>"
-                f"<details><summary>evidence</summary>{_evidence_html(self.evidence)}</details></div>")
+                f"<details><summary>measurements</summary>{_evidence_html(self.measurements)}</details></div>")
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,95 +462,212 @@ def _jsonable(o):
 
 
 def claim_check(claim_id: str):
-    """Decorator registering ``fn(ctx) -> (verdict, summary, evidence)`` as the check of a claim."""
-    get(claim_id)
-
-    def deco(fn):
-        if claim_id in _CHECKS:
-            raise RuntimeError(f"claim {claim_id} has two checks")
-        _CHECKS[claim_id] = fn
-        return fn
-
-    return deco
+    """Decorator registering ``fn(ctx) -> dict`` as the check (measurements) of a declared claim."""
+    return get(claim_id).measures
 
 
-def _load_checks():
-    import importlib
+def claim_judge(claim_id: str):
+    """Decorator registering ``fn(m, rule) -> Judgement`` as the judge of a declared claim."""
+    return get(claim_id).judges
 
-    for mod in ("semantics", "numbers", "capacity"):
-        try:
-            importlib.import_module(f"{__name__}.{mod}")  # registers its checks
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{mod}":
-                raise
+
+def _where_text(m: Measurements) -> str:
+    return f"measured here: {m.label}"
+
+
+def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
+    if j.scope:
+        return dict(j.scope)
+    if claim.basis == "estimate":
+        return {"basis": "estimated", "text": f"estimated for a GPU at full size by {ESTIMATE_VALIDATION}"}
+    return {"basis": "measured", "text": _where_text(m)}
+
+
+def _judge(claim: Claim, m: Measurements) -> Judgement:
+    if claim.judge is None:
+        raise NotImplementedError(f"claim {claim.id} has no judge registered")
+    j = claim.judge(m, claim.rule)
+    if not isinstance(j, Judgement):
+        raise TypeError(f"the judge of {claim.id} returned {type(j).__name__}, not a Judgement")
+    if j.verdict not in VERDICTS:
+        raise RuntimeError(f"the judge of {claim.id} returned verdict {j.verdict!r}; allowed: {', '.join(VERDICTS)}")
+    return j
+
+
+def _needs(claim: Claim, m: Measurements, why) -> Judgement:
+    return Judgement("needs re-measuring",
+                     f"These measurements ({m.label}) lack what today's rule for {claim.id} reads "
+                     f"({why}): measure it again with today's nogradlab.",
+                     scope={"basis": "measured", "text": _where_text(m)})
+
+
+def _judge_or_needs(claim: Claim, m: Measurements) -> Judgement:
+    """The judge's answer on stored measurements; "needs re-measuring" when they lack what it reads."""
+    try:
+        return _judge(claim, m)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        return _needs(claim, m, f"{type(e).__name__}: {e}")
+
+
+# -------------------------------------------------------------------------------------------
+# the reference GPU: the verdict of a GPU speed claim run elsewhere
+
+
+_REFS: dict = {}
+
+
+def results_dir() -> "Path | None":
+    """The reference runs' folder: ``results/`` of the source checkout this package lives in."""
+    d = Path(__file__).resolve().parents[2] / "results"
+    return d if d.is_dir() else None
+
+
+def _gpu_reference_docs() -> list:
+    """``[(machine, doc)]`` for every ``results/cuda-*/claims.json`` (read once per process)."""
+    if "docs" not in _REFS:
+        docs = []
+        root = results_dir()
+        if root is not None:
+            for p in sorted(root.glob("cuda-*/claims.json")):
+                try:
+                    doc = json.loads(p.read_text())
+                    docs.append((p.parent.name, doc))
+                except (OSError, ValueError):
+                    continue
+        _REFS["docs"] = docs
+    return _REFS["docs"]
+
+
+def reference_entry(claim_id: str) -> "tuple | None":
+    """``(machine, doc meta, entry)`` of the first reference GPU column whose entry for the claim
+    today's judge can read, or None."""
+    claim = get(claim_id)
+    for machine, doc in _gpu_reference_docs():
+        for e in doc.get("claims", []):
+            if e.get("id") != claim_id:
+                continue
+            m = _entry_measurements(e, doc.get("meta", {}))
+            if not m.values:
+                continue
+            j = _judge_or_needs(claim, m)
+            if j.verdict != "needs re-measuring":
+                return machine, doc.get("meta", {}), e
+    return None
+
+
+def _entry_measurements(e: dict, meta: "dict | None" = None) -> Measurements:
+    meta = meta or {}
+    values = e.get("measurements", e.get("evidence")) or {}
+    return Measurements(values, e.get("device") or meta.get("device") or {}, e.get("scale") or meta.get("scale", ""),
+                        e.get("torch") or meta.get("torch", ""))
+
+
+def _final(claim: Claim, m: Measurements) -> tuple:
+    """(judgement, scope, local) for measurements ``m``: a GPU speed claim measured off a GPU takes
+    its verdict from the reference GPU's measurements, ``m``'s judgement kept as ``local``."""
+    j = _judge_or_needs(claim, m) if m.values else _needs(claim, m, "no measurements")
+    if claim.basis != "gpu speed" or m.on_gpu:
+        return j, _scope(claim, m, j), None
+    local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
+    ref = reference_entry(claim.id)
+    if ref is None:
+        jr = Judgement("needs re-measuring",
+                       f"The article's figure is for GPUs, and no reference GPU measurement in results/ "
+                       f"has what today's rule needs: a GPU run would decide it. On your machine "
+                       f"({m.label}): {j.summary}", j.reading)
+        return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local
+    machine, meta, e = ref
+    rm = _entry_measurements(e, meta)
+    jr = _judge(claim, rm)
+    commit = meta.get("nogradlab_commit")
+    text = (f"measured on a reference machine: {rm.label} ({machine}, {meta.get('generated', '')[:10]}"
+            + (f", nogradlab {commit}" if commit else "") + "), judged by today's rule")
+    summary = f"On the reference GPU ({rm.label}): {jr.summary} On your machine ({m.label}): {j.summary}"
+    jr = Judgement(jr.verdict, summary, f"On the reference GPU: {jr.reading}" if jr.reading else "",
+                   jr.conditions)
+    return jr, {"basis": "reference", "text": text, "machine": machine}, local
+
+
+def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
+    if claim.kind in ("semantic", "historical") or not scope.get("text"):
+        return summary
+    return f"{summary} [Evidence: {scope['text']}.]"
 
 
 def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -> Result:
-    """Run one claim's check now and return its result (also appended to the ledger, if set)."""
+    """Run one claim's check now, judge it by its rule, and return the result (also appended to the
+    run's ledger when a run is collecting them)."""
     claim = get(claim_id)
     dev = _device.resolve(device)
     scale = _workloads.resolve_scale(scale, dev)
     seed = _device.check_seed(seed)
-    ledger_path()  # a bad NOGRADLAB_LEDGER fails here, before the check runs
-    _load_checks()
-    fn = _CHECKS.get(claim_id)
-    if fn is None:
+    _pipeline.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, before the check runs
+    if claim.measure is None:
         raise NotImplementedError(f"claim {claim_id} has no check registered")
+    _pipeline.attach_run_cache()
     torch.manual_seed(seed)
     random.seed(seed)
     grad = torch.is_grad_enabled()
     t0 = time.perf_counter()
     try:
-        verdict, summary, evidence = fn(Context(dev, scale, seed, dict(params)))
+        values = claim.measure(Context(dev, scale, seed, dict(params)))
     finally:
         torch.set_grad_enabled(grad)
         _memory.release()  # the check's models and tensors are gone: hand their pages back
-    if verdict not in VERDICTS:
-        raise RuntimeError(f"check {claim_id} returned verdict {verdict!r}; allowed: {', '.join(VERDICTS)}")
-    result = Result(id=claim.id, verdict=verdict, summary=summary, evidence=evidence, figure=claim.figure,
-                    section=claim.section, kind=claim.kind, paraphrase=claim.paraphrase,
-                    notebook=os.environ.get("NOGRADLAB_NOTEBOOK", ""), device=_device.describe(dev),
+    legacy = None
+    if isinstance(values, tuple) and claim.judge is None:  # not yet split into measure + judge
+        legacy, values = Judgement(values[0], values[1], (values[2] or {}).get("reading", "")), values[2]
+    if not isinstance(values, dict):
+        raise TypeError(f"the check of {claim_id} returned {type(values).__name__}, not a dict of measurements")
+    info = _device.describe(dev)
+    m = Measurements(values, info, scale, torch.__version__)
+    j = legacy or _judge(claim, m)  # a judge that cannot read fresh measurements is a bug: let it raise
+    if legacy is not None:
+        scope, local = _scope(claim, m, j), None
+    elif claim.basis == "gpu speed" and not m.on_gpu:
+        j, scope, local = _final(claim, m)
+    else:
+        scope, local = _scope(claim, m, j), None
+    result = Result(id=claim.id, verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope),
+                    measurements=m.values, figure=claim.figure, section=claim.section, kind=claim.kind,
+                    paraphrase=claim.paraphrase, notebook=_pipeline.notebook_name(), device=info,
                     torch=torch.__version__, scale=scale, seconds=round(time.perf_counter() - t0, 3),
-                    rule=rule(claim.id))
-    _append_to_ledger(result)
+                    rule=claim.rule.text, reading_text=j.reading, scope=scope, conditions=j.conditions,
+                    local=local)
+    _pipeline.record(result.to_dict())
     return result
 
 
+def judge_entry(entry: dict, meta: "dict | None" = None) -> dict:
+    """A stored claims.json entry judged again by today's rule: verdict, summary, reading, scope,
+    conditions and rule replaced (the stored ones kept as ``stored_verdict``); an entry without
+    measurements (a claim no check reached) is returned as it is."""
+    e = dict(entry)
+    if e.get("verdict") is None and not (e.get("measurements") or e.get("evidence")):
+        return e
+    try:
+        claim = get(e["id"])
+    except ValueError:
+        return e
+    if claim.judge is None:  # not yet split into measure + judge: its stored verdict stands
+        return e
+    m = _entry_measurements(e, meta)
+    j, scope, local = _final(claim, m)
+    e.setdefault("stored_verdict", entry.get("verdict"))
+    e.update(verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope), reading=j.reading,
+             scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values)
+    e.pop("evidence", None)
+    return e
+
+
 def ledger_path() -> "str | None":
-    """The file ``NOGRADLAB_LEDGER`` names (None when unset or empty); ``ValueError`` naming the variable
-    when results cannot be appended there (a folder, a missing folder, not a regular file)."""
-    path = os.environ.get("NOGRADLAB_LEDGER")
-    if not path:
-        return None
-    p = Path(path)
-    why = None
-    if p.is_dir():
-        why = "is a folder"
-    elif p.exists() and not p.is_file():
-        why = "is not a regular file"
-    elif not p.parent.is_dir():
-        why = f"is in a folder that does not exist ({str(p.parent)!r})"
-    elif not os.access(p if p.exists() else p.parent, os.W_OK):
-        why = "is not writable"
-    if why:
-        raise ValueError(f"NOGRADLAB_LEDGER={path!r} {why}; set it to a JSON-lines file (it is appended to) "
-                         f"or unset it")
-    return path
-
-
-def _append_to_ledger(result: Result) -> None:
-    path = ledger_path()
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(result.to_dict()) + "\n")
+    """The run's ledger file (:func:`nogradlab.pipeline.ledger_path`)."""
+    return _pipeline.ledger_path()
 
 
 def rule(claim_id: str) -> str:
-    """The verdict rule of a claim, one sentence (from :mod:`nogradlab.claims.rules`)."""
-    from .rules import get as _rule
-
-    get(claim_id)
-    return _rule(claim_id).text
+    """The verdict rule of a claim, one sentence."""
+    return get(claim_id).rule.text
 
 
 def new_run() -> None:
@@ -448,31 +694,9 @@ def check_all(claim_ids=None, device="auto", scale="auto", seed: int = 0, progre
 
 
 def results_table(results):
-    """A pandas DataFrame of results: id, section, verdict, article's figure, summary, rule."""
+    """A pandas DataFrame of results: id, section, verdict, article's figure, summary, rule, evidence."""
     import pandas as pd
 
     return pd.DataFrame([{"id": r.id, "section": r.section, "verdict": r.verdict, "article": r.figure or "",
-                          "measured": r.summary, "rule": r.rule} for r in results])
-
-
-def band_verdict(values, low, high, *, higher_is_better=True):
-    """Verdict for measured values against the article's band [low, high].
-
-    ``values`` are (point, ci_low, ci_high) triples, one per condition (workload, batch, ...).
-    A condition agrees when its interval overlaps the band (or, with ``higher_is_better``, lies
-    above it: the article claimed at least that much). All agree: ``holds``; none: ``does not
-    hold``; some: ``depends``.
-    """
-    agree = []
-    for point, lo, hi in values:
-        lo = point if lo is None else lo
-        hi = point if hi is None else hi
-        ok = hi >= low and (lo <= high or higher_is_better)
-        agree.append(ok)
-    if not agree:
-        raise ValueError("band_verdict needs at least one measured value")
-    if all(agree):
-        return "holds"
-    if not any(agree):
-        return "does not hold"
-    return "depends"
+                          "measured": r.summary, "rule": r.rule, "evidence": (r.scope or {}).get("text", "")}
+                         for r in results])

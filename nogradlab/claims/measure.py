@@ -1,0 +1,662 @@
+"""Checks of the numeric claims: how much time and memory ``torch.no_grad`` saves, per workload.
+
+Covered: C03 C08 C13 C16 C17 C18 C19 C20 C21 C23 X05.
+
+Conventions (every figure in the evidence says which it is):
+
+* **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
+  once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
+  one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
+  recorded) and read by C03, C17, C20 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
+  needs another quantity (a training step, a compiled model, a validation loop's scope) measures
+  it once too and names it.
+* **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI).
+  "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The article's "relative speed
+  gain" (C20's table) and "more throughput" (C13) are read as a *throughput* gain,
+  ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
+* **Memory.** "Saved" is ``1 - peak(case) / peak(baseline)`` of *total* peaks: weights, buffers
+  and inputs (what the device holds anyway) plus everything the step allocates. The baseline is
+  named per claim: a grad-enabled forward in the same model mode (C18, C19, C21) or a training
+  step (C20, the article's "training versus evaluation with no_grad"). Real tiny runs use
+  :func:`nogradlab.memory.measure`; article-sized models use :func:`nogradlab.memory.estimate`
+  on fake tensors (a virtual CUDA device; training steps fall back to the fake CPU device with
+  CUDA's block rounding, a note says so).
+* **Transformer memory.** ``nn.TransformerEncoder``'s fused inference fast path runs a whole layer
+  inside one operator, whose temporaries no dispatch-level tracker can see; memory is therefore
+  measured with the fast path off (:func:`accounting`), so the no_grad peak is not understated.
+  On a virtual CUDA device attention runs PyTorch's *math* backend (the fused kernels need a real
+  GPU to be selected), which keeps the L x L attention probabilities for backward; the fused-
+  attention variant (the CPU flash kernel, which keeps none) is given beside it.
+* **Verdicts** follow the rules in :mod:`nogradlab.claims.rules` (band, rounding, tolerance,
+  threshold, ties), against the article's band via :func:`nogradlab.claims.band_verdict`, one
+  (point, CI low, CI high) per measured condition, rounded as printed. A claim worded as a lower bound ("cuts by
+  20-40 %", "can exceed 40 %") agrees when the value reaches the band or lies above it; the
+  cells of C20's table are figures to reproduce, so there a value must overlap the band itself.
+  "About X %" is read as the band [X - 5, X + 5] percentage points.
+
+At ``scale="tiny"`` on a CPU the checks run single-threaded (on a shared two-core machine a second
+OpenMP thread mostly measures the neighbours: calls get several times slower and noisier; bytes
+do not depend on it), with few timing rounds and small sweeps; article-sized estimates are
+included everywhere, since they need no GPU. On a GPU or at ``scale="full"`` the rounds and the
+sweeps grow and torch's own thread count is used. ``ctx.params`` may override
+``rounds``, ``min_run_time``, ``warmup`` and the per-check knobs named in each docstring.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .. import batch as _batch
+from .. import memory, modes, timing, workloads
+from .rules import band_verdict
+from . import claim_check, format_saved
+from .searches import shared_largest_batch
+from .rules import RULES, in_band
+
+__all__ = ["accounting", "with_seq_len", "estimate_row", "estimate_sweep", "measure_forward",
+           "memory_saved", "param_bytes", "GiB", "ARTICLE_TABLE"]
+
+GiB = 2 ** 30
+
+# The article's table (section 5): memory saved, speed gain, batch factor; 16 GB GPU, training
+# versus evaluation with no_grad. Its "recurrent CNN (U-Net-style)" row is our U-Net, which has
+# no recurrence at all.
+ARTICLE_TABLE = {
+    "resnet50": {"label": "ResNet-50 (ImageNet)", "memory": (0.30, 0.35), "speed": (0.25, 0.30),
+                 "batch": (1.8, 2.2)},
+    "transformer_base": {"label": "Transformer-base (12 layers)", "memory": (0.25, 0.30),
+                         "speed": (0.20, 0.25), "batch": (1.6, 1.9)},
+    "unet": {"label": "Recurrent CNN (U-Net-style)", "memory": (0.35, 0.40), "speed": (0.30, 0.35),
+             "batch": (2.0, 2.3)},
+    "mlp": {"label": "Two-layer MLP", "memory": (0.15, 0.20), "speed": (0.10, 0.15),
+            "batch": (1.2, 1.4)},
+}
+ARTICLE_GPU_BYTES = 16 * GiB
+FEED_FORWARD = ("mlp", "resnet50", "unet")  # "feed-forward networks without recurrent connections"
+CNNS = ("resnet50", "unet")
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers
+
+
+def _quick(ctx) -> bool:
+    return not ctx.on_gpu and ctx.scale == "tiny"
+
+
+def _knobs(ctx, **quick_overrides) -> dict:
+    """compare() settings. ``rounds`` is the minimum (10: a paired bootstrap over fewer rounds is
+    degenerate); a shared forward condition then goes on, a block of rounds at a time, until its
+    intervals decide every rule that reads it (:func:`_condition_edges`), up to ``max_rounds`` or
+    ``time_budget`` seconds of rounds (the comparison's ``stopped`` says which). Tiny CPU runs take
+    short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
+    the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU the same with 3
+    warm-up calls (a condition times up to 8 cases, and a full-size forward often takes longer than
+    a sample: :mod:`nogradlab.plan` keeps a learner's notebook within a minute on an H200), other CPU
+    runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
+    tiny defaults; ctx.params wins."""
+    if _quick(ctx):
+        k = dict(rounds=10, min_run_time=0.1, warmup=1, num_threads=1, max_rounds=40, time_budget=1.5)
+        k.update(quick_overrides)
+    elif ctx.on_gpu:
+        k = dict(rounds=10, min_run_time=0.1, warmup=3, num_threads=None, max_rounds=40, time_budget=1.5)
+    else:
+        k = dict(rounds=20, min_run_time=1.0, warmup=5, num_threads=None, max_rounds=80, time_budget=20.0)
+    for key in k:
+        if key in ctx.params:
+            k[key] = ctx.params[key]
+    return k
+
+
+def _speed_batch(ctx, wl) -> int:
+    """The batch timed at ``ctx.scale``: half the default on a tiny CPU run (ResNet-50 at 64x64
+    dominates the budget), else the default; ``ctx.params['batch']`` wins."""
+    return int(ctx.params.get("batch", max(1, wl.default_batch // 2) if _quick(ctx) else wl.default_batch))
+
+
+def _saved_triple(cmp: timing.Comparison, name: str) -> tuple:
+    """(time saved, CI low, CI high) of ``name`` against the comparison's baseline."""
+    lo, hi = cmp.time_saved_ci(name)
+    return cmp.time_saved(name), lo, hi
+
+
+def _gain_triple(cmp: timing.Comparison, name: str) -> tuple:
+    """(throughput gain = speedup - 1, CI low, CI high)."""
+    lo, hi = cmp.ci[name]
+    return cmp.speedup[name] - 1.0, lo - 1.0, hi - 1.0
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0%}"
+
+
+def _pct_ci(t) -> str:
+    """``23% [18%, 27%]``; an interval spanning 0 (a slowdown and a speedup both possible) reads
+    ``no clear difference (noisy): 3% [-5%, 9%]``."""
+    text = f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
+    return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
+
+
+def _samples_note(ctx, claim_id: str, conditions=()) -> str:
+    """A warning for the summary when the run timed fewer rounds than the rule's minimum, or when a
+    condition's rounds stopped (time budget, most rounds) before its intervals decided the rule."""
+    need = RULES[claim_id].min_samples
+    got = _knobs(ctx)["rounds"]
+    out = (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
+           "verdict." if need and got < need else "")
+    open_ = [c for c in conditions if c.comparison is not None and not c.comparison.decided]
+    if open_:
+        out += (f" {len(open_)} of {len(conditions)} timed conditions stopped "
+                f"({', '.join(sorted({c.comparison.stopped for c in open_}))}) before their intervals "
+                f"decided ({', '.join(f'{c.workload}@{c.batch}' for c in open_)}): provisional; a longer "
+                "time_budget or a quieter machine would decide them.")
+    return out
+
+
+def _wide_note(items, higher_is_better=True) -> str:
+    """A warning for the summary when, for some ``(triple, band)`` condition, the interval's width
+    rather than its point estimate decided the agreement with the band (a noisy machine)."""
+    n = sum(1 for t, band in items
+            if band_verdict([t], *band, higher_is_better=higher_is_better)
+            != band_verdict([(t[0], t[0], t[0])], *band, higher_is_better=higher_is_better))
+    return (f" For {n} of {len(items)} conditions the interval's width, not the point estimate, "
+            "decided the agreement (a noisy machine): rerun with more rounds for a firmer verdict."
+            if n else "")
+
+
+def _forward_fn(model, x, grad_mode):
+    """``fn()`` running ``model(x)`` under ``grad_mode`` (a torch grad-mode context factory)."""
+
+    def fn():
+        with grad_mode():
+            return model(x)
+
+    return fn
+
+
+def _eval_forward_fn(model, x, grad_mode):
+    """Like ``_forward_fn``, with ``model.eval()`` set before each call (cheap: a flag per module)."""
+
+    def fn():
+        model.eval()
+        with grad_mode():
+            return model(x)
+
+    return fn
+
+
+def _train_fn(wl, model, x, y):
+    # plain SGD: a momentum buffer would add a second copy of the weights for a timing that
+    # barely notices it (one more in-place add per parameter), and Binder's RAM is small
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def fn():
+        return memory.train_step(model, x, y, wl.loss, opt)
+
+    return fn
+
+
+def _build(name, scale, device, batch, seed):
+    """(workload, model in eval mode, input batch, target) with a seeded initialisation."""
+    wl = workloads.get(name, scale)
+    torch.manual_seed(seed)
+    model = wl.build(device).eval()
+    return wl, model, wl.make_input(batch, device), wl.make_target(batch, device)
+
+
+def _band_of(figure: float, half_width: float = 0.05) -> tuple:
+    """The band an "about X" figure stands for: [X - 5 pp, X + 5 pp]."""
+    return (round(figure - half_width, 6), round(figure + half_width, 6))
+
+
+def _names(ctx) -> list:
+    """``ctx.params['workloads']`` (default: all four), each checked before any work starts."""
+    names = list(ctx.params.get("workloads") or workloads.names())
+    for n in names:
+        workloads.get(n, ctx.scale)
+    return names
+
+
+def _batches(ctx, key: str, default) -> list:
+    """``ctx.params[key]`` (default ``default``) as positive ints, checked before any work."""
+    return [workloads.check_batch(b) for b in (ctx.params.get(key) or default)]
+
+
+def _check(claim_id: str):
+    """``claim_check`` with one torch CPU thread on tiny CPU runs (see :func:`_knobs`: on a shared
+    two-core machine a second OpenMP thread makes every call several times slower and noisier;
+    bytes do not depend on it). The thread count is restored afterwards."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def run(ctx):
+            with _torch_threads(1 if _quick(ctx) else None):
+                return fn(ctx)
+
+        claim_check(claim_id)(run)
+        return fn
+
+    return deco
+
+
+# --------------------------------------------------------------------------------------------
+# memory helpers (public: the notebooks sweep with them too)
+
+
+@contextlib.contextmanager
+def accounting():
+    """Memory probes that see every allocation, quickly: ``nn.TransformerEncoder``'s fused fast
+    path is switched off (it hides a layer's temporaries inside one operator) and the garbage
+    collector's old objects are frozen (:func:`nogradlab.batch.frozen_gc`). Both restored on exit."""
+    with memory.fused_paths_off(), _batch.frozen_gc():
+        yield
+
+
+def with_seq_len(wl: workloads.Workload, seq_len: int) -> workloads.Workload:
+    """The transformer workload ``wl`` at another sequence length (same layers and widths)."""
+    if wl.name != "transformer_base":
+        raise ValueError(f"only transformer_base has a sequence length, not {wl.name!r}")
+    seq_len = workloads.check_batch(seq_len)
+    return dataclasses.replace(wl, params={**wl.params, "seq_len": seq_len},
+                               input_shape=(seq_len, wl.params["d_model"]))
+
+
+@functools.lru_cache(maxsize=2048)
+def _estimate_cached(name, scale, batch, setting, device, seq_len):
+    wl = workloads.get(name, scale)
+    if seq_len is not None:
+        wl = with_seq_len(wl, seq_len)
+    with accounting():
+        if setting == "train":
+            r = memory.estimate(wl, batch, device, step="train", scale=scale)
+        else:
+            r = memory.estimate(wl, batch, device, mode=setting, scale=scale)
+    return (r.peak_bytes, r.total_peak_bytes, r.saved_bytes, r.baseline_bytes, tuple(r.notes))
+
+
+def estimate_row(workload: str, batch: int, setting: str, *, device="cuda", scale="full",
+                 seq_len: "int | None" = None) -> dict:
+    """One :func:`nogradlab.memory.estimate` as a dict (``setting``: ``"train"`` for a training
+    step, else a forward setting such as ``"eval+no_grad"``), under :func:`accounting`.
+    Estimates are deterministic, so they are cached for the process."""
+    if setting != "train":
+        modes.parse(setting)
+    workloads.get(workload, scale)
+    peak, total, saved, base, notes = _estimate_cached(workload, scale, int(batch), setting,
+                                                       str(device), seq_len)
+    return {"workload": workload, "scale": scale, "batch": int(batch), "setting": setting,
+            "seq_len": seq_len, "device": str(device), "method": "estimate", "peak_bytes": peak,
+            "total_peak_bytes": total, "saved_bytes": saved, "resident_bytes": base,
+            "notes": list(notes)}
+
+
+def estimate_sweep(workload: str, batches, settings=("eval+grad", "eval+no_grad"), *,
+                   device="cuda", scale="full", seq_lens=(None,)) -> list:
+    """:func:`estimate_row` for every batch x sequence length x setting (all arguments checked
+    first). Returns the rows, ``memory_saved`` can pair them."""
+    batches = [workloads.check_batch(b) for b in batches]
+    for s in settings:
+        if s != "train":
+            modes.parse(s)
+    workloads.get(workload, scale)
+    return [estimate_row(workload, b, s, device=device, scale=scale, seq_len=L)
+            for L in seq_lens for b in batches for s in settings]
+
+
+@contextlib.contextmanager
+def _torch_threads(n: "int | None"):
+    """torch's CPU thread count set to ``n`` for the block (None: unchanged); restored on exit."""
+    before = torch.get_num_threads()
+    if n is not None and n != before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def measure_forward(model, x, setting: str, device, num_threads: "int | None" = None) -> dict:
+    """Real :func:`nogradlab.memory.measure` of ``model(x)`` under ``setting``, as a dict with the
+    total peak (what was resident at entry, weights and input, plus the call's own peak).
+    ``num_threads``: torch CPU threads for the call (bytes do not depend on it; time does)."""
+    def fn():
+        with modes.setting(setting, model=model, device=device):
+            return model(x)
+
+    dev = torch.device(device)
+    with accounting(), _torch_threads(num_threads):
+        rep = memory.measure(fn, dev)
+    resident = memory.resident_bytes(model, [x], dev)
+    return {"batch": int(x.shape[0]), "setting": setting, "method": rep.method,
+            "device": str(dev), "peak_bytes": rep.peak_bytes, "resident_bytes": resident,
+            "total_peak_bytes": resident + rep.peak_bytes, "saved_bytes": rep.saved_bytes}
+
+
+def memory_saved(baseline_total: int, case_total: int) -> float:
+    """``1 - case / baseline``: the fraction of the baseline's peak that the case does not need."""
+    return 1.0 - case_total / baseline_total
+
+
+@functools.lru_cache(maxsize=32)
+def param_bytes(workload: str, scale: str = "full") -> int:
+    """Bytes of the workload's parameters (built on the meta device: nothing allocated)."""
+    model = workloads.get(workload, scale).build("meta")
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------
+# one timing per condition
+
+
+def _speed_batches(ctx, wl) -> tuple:
+    """The batches every speed check times, per workload: on a tiny CPU run batch 1 and half the
+    default batch (the default itself where half is 1; ResNet-50 at 64x64 dominates the budget);
+    on a GPU the default batch (often overhead-bound: a fixed cost per call), and 4x it
+    (compute-bound) in the reference run (:attr:`~nogradlab.claims.Context.reference`); elsewhere
+    1x and 4x. ``ctx.params['batches']`` wins."""
+    d = wl.default_batch
+    if _quick(ctx):
+        default = (1, d // 2) if d // 2 > 1 else (1, max(d, 2))
+    elif ctx.on_gpu and not ctx.reference:
+        # a learner's GPU run: the default batch alone (4x the transformer's batch costs a quarter of a
+        # notebook's minute on an H200: nogradlab.plan); the reference run times both
+        default = (d,)
+    else:
+        default = (d, 4 * d)
+    return tuple(dict.fromkeys(_batches(ctx, "batches", default)))
+
+
+def _lever_batches(ctx, wl) -> tuple:
+    """The batches whose conditions also time the levers (X05): every speed batch, so both the
+    overhead-bound and the compute-bound regime are shown (at small/full scale on a CPU, and in the
+    GPU reference run); only the main speed batch (:func:`_speed_batch`: the default batch) on a tiny
+    CPU run, and in a learner's GPU run, whose speed batches are that one anyway (on an H200 the levers
+    at 4x the transformer's batch alone cost half a notebook's minute: :mod:`nogradlab.plan`)."""
+    bs = _speed_batches(ctx, wl)
+    if _quick(ctx) or (ctx.on_gpu and not ctx.reference):
+        main = _speed_batch(ctx, wl)
+        return tuple(b for b in bs if b == main) or bs[-1:]
+    return bs
+
+
+# channels_last is timed on a copy of the model in that layout. In a tiny CPU run (a learner's Binder
+# kernel, 1-2 GB) the copy of ResNet-50's 102 MB of weights, next to the original, pushed notebook 05's
+# kernel to within a few MB of its 1.5 GB budget; channels_last is a GPU lever anyway, so there it is left
+# to notebook 09's by-hand cell and to the small, full and CUDA runs.
+_CL_QUICK_NOTE = ("not timed in a tiny CPU run (a copy of the model in channels_last layout costs a small "
+                  "kernel its weights again; notebook 09 times it by hand); timed at small and full scale")
+
+
+def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
+    """Every forward setting timed in one condition, whichever check asks first (so that each
+    number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
+    no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
+    inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA) and
+    channels_last for the CNNs (stacked with the autocast dtypes on CUDA). A learner's GPU run times
+    fp16 alone, and channels_last only stacked with it (5 cases for a CNN where the reference run has
+    8: each case costs every round; :mod:`nogradlab.plan`). The set depends only on
+    the condition, never on which check asks. torch.compile is X05's own quantity
+    (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
+    should pay."""
+    out = ["grad", "no_grad"]
+    if name == "transformer_base":
+        out.append("no_grad (fast path off)")
+    if batch is not None and batch not in _lever_batches(ctx, workloads.get(name, ctx.scale)):
+        return out
+    out.append("inference_mode")
+    learner_gpu = ctx.device.type == "cuda" and not ctx.reference
+    casts = ("fp16",) if learner_gpu else ("fp16", "bf16") if ctx.device.type == "cuda" else ("bf16",)
+    out += [f"no_grad+{c}" for c in casts]
+    if name in CNNS and not _quick(ctx):  # see _CL_QUICK_NOTE
+        if learner_gpu:  # the lever a GPU user would stack: channels_last with half precision
+            out.append("no_grad+fp16+channels_last")
+        else:
+            out.append("no_grad+channels_last")
+            if ctx.device.type == "cuda":
+                out += [f"no_grad+{c}+channels_last" for c in casts]
+    return out
+
+
+def _case_fn(name, setting, model, x, device, holder):
+    """``fn()`` for one setting of the shared condition (``holder`` keeps derived models alive)."""
+    grad_mode = {"grad": torch.enable_grad, "inference_mode": torch.inference_mode}.get(setting, torch.no_grad)
+    m, inp = model, x
+    if "channels_last" in setting:
+        if "cl_model" not in holder:
+            holder["cl_model"] = copy.deepcopy(model).to(memory_format=torch.channels_last)
+            holder["cl_x"] = x.contiguous(memory_format=torch.channels_last)
+        m, inp = holder["cl_model"], holder["cl_x"]
+    cast = next((c for c in ("fp16", "bf16") if f"+{c}" in setting), None)
+    fast_off = setting == "no_grad (fast path off)"
+
+    def fn():
+        with contextlib.ExitStack() as st:
+            st.enter_context(grad_mode())
+            if cast:
+                st.enter_context(torch.autocast(device_type=device.type, dtype=modes.AUTOCAST_DTYPES[cast]))
+            if fast_off:
+                st.enter_context(memory.fused_paths_off())
+            return m(inp)
+
+    return fn
+
+
+@dataclasses.dataclass
+class Condition:
+    """One shared forward timing: every setting of :func:`_lever_settings` for (workload, scale,
+    batch, device), timed together in interleaved rounds (``comparison``, baseline ``grad``)."""
+
+    workload: str
+    scale: str
+    batch: int
+    device: str
+    comparison: "timing.Comparison | None"
+    settings: list
+    state: dict
+    skipped: dict
+    key: tuple
+
+    def triple(self, case: str, kind: str = "saved") -> tuple:
+        """(point, CI low, CI high) of ``case`` vs grad: ``"saved"`` time saved, ``"gain"``
+        throughput gain (speedup - 1), ``"speedup"``."""
+        cmp = self.comparison
+        if kind == "saved":
+            return _saved_triple(cmp, case)
+        if kind == "gain":
+            return _gain_triple(cmp, case)
+        lo, hi = cmp.ci[case]
+        return cmp.speedup[case], lo, hi
+
+    def ratio(self, a: str, b: str) -> tuple:
+        """(t_b / t_a, CI) for two cases of this condition: paired bootstrap over its rounds."""
+        t = self.comparison.timings
+        sp, ci = timing.bootstrap_speedup({a: t[a].times, b: t[b].times}, a, seed=self.comparison.seed)
+        return sp[b], ci[b][0], ci[b][1]
+
+    def ms(self, case: str) -> float:
+        return self.comparison.timings[case].median * 1e3
+
+    def to_dict(self) -> dict:
+        return {"workload": self.workload, "scale": self.scale, "batch": self.batch, "device": self.device,
+                "settings": self.settings, "state": self.state, "skipped": self.skipped,
+                "comparison": self.comparison.to_dict() if self.comparison is not None else None}
+
+
+def _condition_edges(name: str) -> list:
+    """The speedups (over grad) at which a rule reading a forward condition of workload ``name``
+    changes its answer: 1 (faster or not: C17, X05's ties), C03's band of time saved and C20's band
+    of throughput gain for the workload. The condition's rounds go on until no interval straddles
+    one of them (:func:`nogradlab.timing.resolves`)."""
+    lo, hi = RULES["C03"].band
+    edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
+    if name in ARTICLE_TABLE:
+        a, b = ARTICLE_TABLE[name]["speed"]
+        edges |= {1.0 + a, 1.0 + b}
+    return sorted(edges)
+
+
+def forward_condition(ctx, name: str, batch: int) -> Condition:
+    """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
+    measured once per run (:data:`nogradlab.timing.RUN`) with one protocol (warm-up, CUDA sync,
+    interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
+    recorded) and reused by every check asking for it (C03, C17, C20, X05)."""
+    knobs = _knobs(ctx)
+    key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
+    return timing.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
+
+
+def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
+    settings = _lever_settings(ctx, name, batch)
+    skipped = {}
+    if name not in CNNS:
+        skipped["channels_last"] = "not a convolutional network"
+    elif _quick(ctx):
+        skipped["channels_last"] = _CL_QUICK_NOTE
+    wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+    holder, cases = {}, {}
+    try:
+        for s in settings:
+            cases[s] = _case_fn(name, s, model, x, ctx.device, holder)
+        with _torch_threads(knobs["num_threads"]), \
+                timing.timing_state(ctx.device, warm_fn=cases["grad"]) as state:
+            # intervals narrower than 1 % of a speedup around an edge would take too long to move off it
+            cmp = timing.compare(cases, baseline="grad", device=ctx.device, seed=ctx.seed,
+                                 until=timing.resolves(_condition_edges(name), min_width=0.01), **knobs)
+    except torch.OutOfMemoryError:
+        cmp, state = None, timing.gpu_state(ctx.device)
+        skipped["all"] = f"out of memory at batch {batch} on {ctx.device}"
+    finally:
+        del model, x, holder
+        if ctx.on_gpu:
+            torch.cuda.empty_cache()
+    return Condition(name, ctx.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
+                     dict(state, threads=knobs["num_threads"] or torch.get_num_threads()), skipped, key)
+
+
+# --------------------------------------------------------------------------------------------
+# C03: runtime cut by no_grad
+
+
+# --------------------------------------------------------------------------------------------
+# C08: is what backward keeps the largest share of training memory?
+
+
+def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
+    """One ``with torch.no_grad(): pass`` (entered from grad mode, or ``nested`` inside another
+    no_grad): measured once per run and shared by C12 and C13."""
+    k = _knobs(ctx)
+    key = ("no_grad enter+exit", bool(nested), str(ctx.device), k["min_run_time"], k["num_threads"])
+
+    def fn():
+        with torch.no_grad():
+            pass
+
+    def make():
+        with contextlib.ExitStack() as st:
+            if nested:
+                st.enter_context(torch.no_grad())
+            return timing.measure(fn, ctx.device, min_run_time=k["min_run_time"], num_threads=k["num_threads"],
+                                  label="enter+exit no_grad" + (" inside no_grad" if nested else ""))
+
+    return timing.shared(key, make)
+
+
+# --------------------------------------------------------------------------------------------
+# C13: no_grad scope in a validation loop
+
+
+# --------------------------------------------------------------------------------------------
+# C16: eval() and metric variability
+
+
+# --------------------------------------------------------------------------------------------
+# C17: validation loop, eval only vs eval + no_grad
+
+
+# --------------------------------------------------------------------------------------------
+# C18: feed-forward nets, peak memory
+
+
+# --------------------------------------------------------------------------------------------
+# C19 / C21: transformers and sequence length
+
+
+# --------------------------------------------------------------------------------------------
+# C20: the table
+
+
+def _start_guess(name: str, setting: str, batch: int) -> int:
+    """Where C20's training-step search starts: a line through the estimated totals at batch 1 and
+    ``batch`` (the estimates C20's memory cells make anyway) gives a first guess, a secant through
+    ``batch`` and that guess a second; the search (:func:`nogradlab.batch.largest_batch`) then finds
+    the exact batch from there in a few trials. For a training step this beats the bracket from batches
+    1 and 2, where the optimizer step's peak hides the slope (ResNet-50 under 16 GiB: 4 trials against
+    10); the no_grad forward searches from the bracket (6 against 18)."""
+    def line(b1, m1, b2, m2):
+        if b2 == b1 or m2 <= m1:
+            return None
+        return int(min(max(b1 + (ARTICLE_GPU_BYTES - m1) * (b2 - b1) // (m2 - m1), 1), 2 ** 22))
+
+    def total(b):
+        return estimate_row(name, b, setting)["total_peak_bytes"]
+
+    guess = line(1, total(1), batch, total(batch)) if batch > 1 else None
+    if guess is None:
+        return 1
+    if guess != batch:
+        guess = line(batch, total(batch), guess, total(guess)) or guess
+    return guess
+
+
+# --------------------------------------------------------------------------------------------
+# C23: what the profiler shows
+
+
+# --------------------------------------------------------------------------------------------
+# X05: the bigger levers
+
+
+def _compile_reason(ctx) -> "str | None":
+    if ctx.params.get("compile") is False:
+        return "skipped: compile=False"
+    if _quick(ctx) and not ctx.params.get("compile", False):
+        return ("skipped at tiny scale on CPU: compiling takes tens of seconds, more than this whole "
+                "check's budget (pass compile=True to include it)")
+    if ctx.on_gpu and not ctx.params.get("compile", ctx.reference):
+        return ("skipped in a learner's GPU run: compiling takes tens of seconds a model, more than a "
+                "notebook's minute for the four workloads (pass compile=True to include it; "
+                "benchmarks/gpu_reference.py does)")
+    if not hasattr(torch, "compile"):
+        return "torch.compile is not available in this torch"
+    return None
+
+
+def _tiers(speedup: dict, ci: dict) -> list:
+    """Cases grouped into tiers, fastest first: a case joins the current tier when its speedup CI
+    overlaps the CI of every case already in it (overlap is a tie, never a ranking); otherwise it
+    starts the next tier."""
+    order = sorted(speedup, key=lambda k: -speedup[k])
+    tiers = []
+    for k in order:
+        lo, hi = ci[k]
+        if tiers and all(ci[j][0] <= hi and lo <= ci[j][1] for j in tiers[-1]):
+            tiers[-1].append(k)
+        else:
+            tiers.append([k])
+    return tiers
+
+
+def _beats(speedup: dict, ci: dict, case: str, ref: str, margin: float) -> bool:
+    """``case`` beats ``ref``: its speedup CI lies wholly above ``ref``'s and its point estimate is
+    at least ``margin`` faster (so a verdict cannot rest on a hair's breadth between runs)."""
+    return ci[case][0] > ci[ref][1] and speedup[case] >= (1 + margin) * speedup[ref]
+
+

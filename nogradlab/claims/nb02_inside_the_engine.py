@@ -1,0 +1,282 @@
+"""Notebook 02, inside the engine: the declarations and checks of C07, C08, C09, C10, C11.
+
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
+converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import torch.nn as nn
+
+from .. import batch as _batch
+from .. import memory
+from .. import modes
+from .. import workloads
+from . import claim_check, declare
+from .measure import _batches, _check, estimate_row, param_bytes
+from .probes import _max_abs_diff, _tracking, _workload
+from .rules import RULES, Rule
+from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches)
+
+NOTEBOOK = "02_inside_the_engine"
+
+C07 = declare(
+    "C07", section='2', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='operators still run under no_grad but record nothing for backward',
+    figure=None,
+    rule=Rule("Holds when operators run under no_grad (same outputs) and record no graph and no "
+                "saved tensors."))
+
+C08 = declare(
+    "C08", section='2', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='what backward keeps is the largest share of GPU memory in training',
+    figure=None,
+    rule=Rule("Per workload and batch, activation bytes saved for backward are compared with "
+                "parameter + gradient + optimizer-state bytes; holds when activations are larger "
+                "everywhere, does not hold when nowhere, depends otherwise."))
+
+C09 = declare(
+    "C09", section='2', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
+    figure='~2.5x',
+    rule=Rule("Holds when largest eval+no_grad batch / largest training batch under 12 GiB, printed to "
+                "two decimals, lies in 2.0-3.0x ('about 2.5x' read as 2.5 +- 20 %); otherwise does not hold.",
+                band=(2.0, 3.0), tolerance=0.2, rounding="x2"))
+
+C10 = declare(
+    "C10", section='2', kind='historical', notebook=NOTEBOOK,
+    paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
+    figure='0.4',
+    rule=Rule("Holds when torch.no_grad exists, works, and Variable(volatile=True) is ignored with a "
+                "warning, as after the 0.4.0 migration; otherwise does not hold."))
+
+C11 = declare(
+    "C11", section='2', kind='unsourced statistic', notebook=NOTEBOOK,
+    paraphrase='more than 60 % of tutorials and framework internals use no_grad by default',
+    figure='>60 %',
+    rule=Rule("Not testable: an unsourced survey share; the mechanism (how often installed packages "
+                "use no_grad) is counted as evidence only."))
+
+
+MIGRATION_GUIDE = "https://pytorch.org/blog/pytorch-0_4_0-migration-guide/"
+
+
+RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v0.4.0"
+
+
+@claim_check("C07")
+def c07(ctx):
+    """Operators still run (same output) but save nothing for backward: saved bytes > 0 with
+    grad, 0 under no_grad (nogradlab.memory.measure)."""
+    wl, model, x = _workload(ctx)
+    reports, outs = {}, {}
+    for mode in ("grad", "no_grad"):
+        def fn(mode=mode):
+            with modes.get(mode)():
+                return model(x)
+        reports[mode], outs[mode] = memory.measure(fn, ctx.device, return_result=True, label=mode)
+    diff = _max_abs_diff(outs["grad"], outs["no_grad"])
+    g, ng = reports["grad"], reports["no_grad"]
+    ok = g.saved_bytes > 0 and ng.saved_bytes == 0 and torch.allclose(outs["grad"], outs["no_grad"])
+    evidence = {"workload": wl.name, "batch": x.shape[0], "max_abs_output_diff": diff,
+                "reports": {m: r.to_dict() for m, r in reports.items()}}
+    summary = (f"{wl.name} ({ctx.scale}, batch {x.shape[0]}): the same forward computed the same output "
+               f"(max diff {diff:.3g}); autograd saved {memory.format_bytes(g.saved_bytes)} "
+               f"({g.saved_tensors} storages) with grad and {memory.format_bytes(ng.saved_bytes)} under "
+               "no_grad.")
+    return ("holds" if ok else "does not hold"), summary, evidence
+
+
+@claim_check("C10")
+def c10(ctx):
+    """Historical: PyTorch 0.4.0 replaced ``volatile=True`` Variables by torch.no_grad. Checked here:
+    no_grad exists, and ``Variable(x, volatile=True)`` warns and has no effect."""
+    x = torch.randn(3, device=ctx.device, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        v = torch.autograd.Variable(torch.randn(3, device=ctx.device), volatile=True)
+        y = x * v  # before 0.4 one volatile input made the whole result untracked
+        volatile_attr = getattr(v, "volatile", None)
+    messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+    volatile_ignored = y.requires_grad and y.grad_fn is not None
+    has_no_grad = hasattr(torch, "no_grad") and hasattr(torch, "set_grad_enabled")
+    with torch.no_grad():
+        no_grad_works = not (x * 2).requires_grad
+    evidence = {
+        "sources": {"PyTorch 0.4.0 migration guide, 'Deprecation of the volatile flag'": MIGRATION_GUIDE,
+                    "PyTorch v0.4.0 release notes": RELEASE_NOTES},
+        "what_the_sources_say": "0.4.0 merged Variable into Tensor and deprecated the volatile flag, "
+                                "replacing it by the context managers torch.no_grad() and "
+                                "torch.set_grad_enabled(mode)",
+        "torch": torch.__version__, "torch.no_grad_exists": has_no_grad, "no_grad_stops_tracking": no_grad_works,
+        "Variable(volatile=True)": {"type": type(v).__name__, "volatile_attribute": volatile_attr,
+                                    "warnings": messages,
+                                    "x_requiring_grad_times_volatile_v": _tracking(y)},
+    }
+    ok = has_no_grad and no_grad_works and volatile_ignored and bool(messages)
+    summary = (f"The 0.4.0 migration guide deprecated volatile=True in favour of torch.no_grad(); in torch "
+               f"{torch.__version__} Variable(x, volatile=True) returns a plain {type(v).__name__}, warns "
+               f"({len(messages)} warning(s)) and has no effect (x * volatile_v still has grad_fn "
+               f"{_tracking(y)['grad_fn']}). "
+               + ("The article's date holds; " if ok else "This run does not support the article's date; ")
+               + "what no_grad replaced was the volatile flag more than the detach/clone workarounds it "
+               "names.")
+    return ("holds" if ok else "does not hold"), summary, evidence
+
+
+def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":
+    """How many .py files of an installed package contain ``needle``."""
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        return None
+    files = list(pathlib.Path(spec.origin).parent.rglob("*.py"))
+    hits = sum(1 for f in files if needle in f.read_text(errors="ignore"))
+    return {"files": len(files), "mentioning_no_grad": hits,
+            "share": round(hits / len(files), 4) if files else None}
+
+
+@claim_check("C11")
+def c11(ctx):
+    """Unsourced survey figure (>60 % of tutorials and internals): not testable. The mechanism
+    behind 'internals use no_grad' is shown on framework helpers that must not be recorded."""
+    w = torch.randn(4, 4, device=ctx.device, requires_grad=True)
+    nn.init.normal_(w)  # runs its in-place fill under no_grad internally
+    p = nn.Parameter(torch.randn(4, device=ctx.device))
+    p.grad = torch.full_like(p, 10.0)
+    nn.utils.clip_grad_norm_([p], max_norm=1.0)
+    internals = {
+        "nn.init.normal_ on a leaf with grad on": {**_tracking(w), "as_expected": w.is_leaf and w.grad_fn is None},
+        "clip_grad_norm_ rescales .grad without a graph": {"grad_requires_grad": bool(p.grad.requires_grad),
+                                                            "grad_norm_after": float(p.grad.norm())},
+    }
+    scan = {pkg: _files_mentioning(pkg) for pkg in ("torch", "torchvision")}
+    evidence = {"reason": "the article cites no survey, population or method for '>60 % of tutorials and "
+                          "framework-internal methods (2021-2022)'; there is nothing to reproduce",
+                "mechanism": internals, "installed_source_scan": scan,
+                "scan_caveat": "a share of files that mention no_grad in the installed packages, not the "
+                               "article's (unknown) population of tutorials and trainer loops"}
+    t = scan.get("torch") or {}
+    summary = ("Not testable: no source or method is given for the >60 % figure. Mechanism: torch's own "
+               "helpers (nn.init, clip_grad_norm_) run with grad off, leaving no graph; for scale, "
+               f"{t.get('mentioning_no_grad')} of {t.get('files')} Python files of the installed torch "
+               "mention no_grad (a different population).")
+    return "not testable", summary, evidence
+
+
+@_check("C08")
+def c08(ctx):
+    """Activation (saved-for-backward) bytes of one training step vs parameter + gradient +
+    SGD-momentum bytes, per workload at the article's sizes (estimate on a virtual CUDA device),
+    at batch 1 and the workload's default batch; the crossover batch follows from the slope.
+    Knobs: ``batches`` (default ``(1, default)``)."""
+    rows, crossovers, states = [], {}, []
+    for name in workloads.names():
+        wl = workloads.get(name, "full")
+        p = param_bytes(name, "full")
+        others = {"parameters": p, "gradients": p, "optimizer_state_sgd_momentum": p}
+        batches = _batches(ctx, "batches", (1, wl.default_batch))
+        acts = {}
+        for b in batches:
+            r = estimate_row(name, b, "train", scale="full")
+            acts[b] = r["saved_bytes"]
+            fixed = sum(others.values())
+            largest = r["saved_bytes"] > fixed
+            states.append(largest)
+            rows.append({"workload": name, "batch": b, "activation_bytes": r["saved_bytes"],
+                         **{f"{k}_bytes": v for k, v in others.items()},
+                         "params_grads_optimizer_bytes": fixed,
+                         "training_peak_bytes": r["total_peak_bytes"],
+                         "activation_share_of_peak": r["saved_bytes"] / r["total_peak_bytes"],
+                         "activations_exceed_the_rest": largest,
+                         "activations_exceed_each_part": r["saved_bytes"] > p, "notes": r["notes"]})
+        b1, b2 = min(acts), max(acts)
+        slope = (acts[b2] - acts[b1]) / (b2 - b1) if b2 > b1 else acts[b1] / b1
+        crossovers[name] = {"per_sample_activation_bytes": slope,
+                            "crossover_batch_sgd": math.ceil(3 * p / slope) if slope > 0 else None,
+                            "crossover_batch_adam": math.ceil(4 * p / slope) if slope > 0 else None}
+    verdict = "holds" if all(states) else "does not hold" if not any(states) else "depends"
+    parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
+    small = [min((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
+    large = [max((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
+    at = (f"{sum(r['activations_exceed_the_rest'] for r in small)} of {len(small)} workloads at the "
+          f"smaller batch ({', '.join(str(r['batch']) for r in small)}), "
+          f"{sum(r['activations_exceed_the_rest'] for r in large)} of {len(large)} at the larger "
+          f"({', '.join(str(r['batch']) for r in large)})")
+    summary = ("At the article's model sizes (training step, estimated), activations kept for backward "
+               f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
+               f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
+               "to 4P/slope); below it the weights and their companions dominate.")
+    evidence = {"rows": rows, "crossover": crossovers, "method": "memory.estimate, train step "
+                "(forward, loss, backward, SGD-momentum step), scale full, virtual CUDA",
+                "criterion": "activation (saved-for-backward) bytes > parameter + gradient + "
+                             "optimizer-state bytes; the crossover batch assumes activations grow "
+                             "linearly with the batch (exact between the two estimated batches)"}
+    return verdict, summary, evidence
+
+
+C09_FIGURE = 2.5
+C09_TOLERANCE = C09.rule.band  # "about 2.5x", read as 2.5 +- 20 %
+
+
+@claim_check("C09")
+def c09(ctx):
+    """ResNet-50 (224x224, full size) under a 12 GiB budget: largest training-step batch vs
+    eval+no_grad forward (the article's comparison), and grad-enabled forward vs eval+no_grad.
+
+    Knobs: ``budget_gib`` (12), ``workload`` ("resnet50"), ``real_search`` ("one"; see the module docstring).
+    """
+    gib = float(ctx.params.get("budget_gib", 12))
+    name = ctx.params.get("workload", "resnet50")
+    workloads.get(name, "full")
+    if gib <= 0:
+        raise ValueError(f"budget_gib must be positive, got {gib!r}")
+    dev, method = _method(ctx)
+    res = _searches(name, int(gib * GiB), dev, method)
+    real_check = _one_real_search(ctx, name, int(gib * GiB), res["eval+no_grad"])
+    b = {m: r.batch for m, r in res.items()}
+    vs_train = _ratio(b["eval+no_grad"], b["train"])
+    vs_grad = _ratio(b["eval+no_grad"], b["grad"])
+    lo, hi = RULES["C09"].band
+    if vs_train is None:
+        verdict = "does not hold"
+    else:  # the factor as printed (two decimals) against the band
+        verdict = "holds" if lo <= round(vs_train, 2) <= hi else "does not hold"
+    how = (f"real OOM search on {dev}" if method == "search" else
+           (f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device") +
+           ", decided as the real cap decides: the step's allocations replayed through the CUDA caching "
+           "allocator's model (native)")
+    summary = (f"{name} under {gib:g} GiB ({how}): largest training-step batch {b['train']}, "
+               f"grad-enabled forward {b['grad']}, eval+no_grad forward {b['eval+no_grad']}; "
+               f"eval+no_grad fits {vs_train:.2f}x the training batch (article ~{C09_FIGURE}x, "
+               f"tolerance {lo}-{hi}x) and {vs_grad:.2f}x the grad-enabled forward's. "
+               if vs_train is not None and vs_grad is not None else
+               f"{name} under {gib:g} GiB ({how}): batches {b}; a ratio is undefined. ")
+    if vs_train is not None:
+        summary += (("The direction holds (more fits under no_grad); " if vs_train > 1 else
+                     "Not even the direction holds (no more fits under no_grad); ")
+                    + ("the factor matches the article's." if verdict == "holds" else
+                       f"the factor is {'larger' if vs_train > hi else 'smaller'} than the article's."))
+    summary += _real_note(real_check)
+    evidence = {"budget_bytes": int(gib * GiB), "workload": name, "batches": b,
+                "no_grad_over_train": vs_train, "no_grad_over_grad": vs_grad,
+                "article_factor": C09_FIGURE, "tolerance": list(C09_TOLERANCE), "method": method,
+                "searches": [_row(r) for r in res.values()], "real_check": real_check,
+                "real_search": _real_search(ctx) if ctx.on_gpu else "none (no GPU)",
+                "bytes_per_sample": {m: _slope(r) for m, r in res.items()}}
+    return verdict, summary, evidence
+
+
+def _slope(r: _batch.BatchResult) -> "float | None":
+    """Bytes per extra sample between the two largest batches that fitted in the search."""
+    fit = sorted((b, n) for b, ok, n in r.trials if ok and n is not None)
+    if len(fit) < 2 or fit[-1][0] == fit[-2][0]:
+        return None
+    (b0, n0), (b1, n1) = fit[-2], fit[-1]
+    return (n1 - n0) / (b1 - b0)
+

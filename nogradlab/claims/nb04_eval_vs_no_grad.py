@@ -1,0 +1,298 @@
+"""Notebook 04, eval vs no grad: the declarations and checks of C14, C15, C16, C17.
+
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
+converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .. import memory
+from .. import modes
+from .. import workloads
+from .rules import band_verdict
+from . import claim_check, declare, format_saved
+from .measure import _build, _check, _pct, _pct_ci, _samples_note, _speed_batch, _wide_note, forward_condition
+from .probes import _OpRecorder, _max_abs_diff, _tracking
+from .rules import RULES, Rule, TIE
+from .searches import _quick
+
+_ABOUT = "'about X %' is read as X +- 5 percentage points"
+
+NOTEBOOK = "04_eval_vs_no_grad"
+
+C14 = declare(
+    "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='model.eval() and no_grad are independent of each other',
+    figure=None,
+    rule=Rule("Holds when eval() changes outputs without touching grad mode and no_grad changes "
+                "tracking without touching dropout/BatchNorm behaviour (a 2x2 grid); otherwise does not hold."))
+
+C15 = declare(
+    "C15", section='4', kind='semantic', notebook=NOTEBOOK,
+    paraphrase="no_grad never changes a model's predictions",
+    figure=None,
+    rule=Rule("Holds when eval-mode outputs with and without no_grad agree within 1e-5 relative to the "
+                "output's scale and predicted classes match (bitwise equality reported beside it); does "
+                "not hold beyond that tolerance.", tolerance=1e-5))
+
+C16 = declare(
+    "C16", section='4', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    paraphrase='eval() alone cut metric variability by about 7 %',
+    figure='~7 %',
+    rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns "
+                "dropout off) is shown, and the share of variability it removes depends only on how "
+                "much variance dropout caused, so it is no evidence for or against 7 %."))
+
+C17 = declare(
+    "C17", section='4', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='adding no_grad to eval cut validation time by about 35 % with the same accuracy',
+    figure='~35 %',
+    rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward "
+                f"(the shared timing), against 'about 35 %' ({_ABOUT}) by its 95 % CI; does not hold if "
+                "the loop's predictions differ with no_grad.",
+                band=(0.30, 0.40), min_samples=5, tie=TIE, rounding="pct0"))
+
+
+def _bn_dropout_net(device) -> nn.Module:
+    """A small classifier with BatchNorm and Dropout: the two layers train/eval changes."""
+    return nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.5),
+                         nn.Linear(32, 4)).to(device)
+
+
+@claim_check("C14")
+def c14(ctx):
+    """2x2 grid train/eval x grad/no_grad on a model with Dropout and BatchNorm: eval changes the
+    outputs; no_grad changes only tracking and memory. ``evidence['grid']`` is one dict per cell."""
+    dev = ctx.device
+    model = _bn_dropout_net(dev)
+    x = torch.randn(8, 16, device=dev)
+    state = copy.deepcopy(model.state_dict())
+    bn = model[1]
+    outs, grid = {}, []
+    fork_devices = [dev] if dev.type == "cuda" else []
+    with torch.random.fork_rng(devices=fork_devices):
+        for model_mode in ("train", "eval"):
+            for grad_mode in ("grad", "no_grad"):
+                model.load_state_dict(state)
+                spec = f"{model_mode}+{grad_mode}"
+
+                def fn(spec=spec):
+                    torch.manual_seed(ctx.seed + 1)  # the same dropout mask in both grad modes
+                    with modes.setting(spec, model=model, device=dev):
+                        return model(x)
+
+                rep, out = memory.measure(fn, dev, return_result=True, label=spec)
+                outs[(model_mode, grad_mode)] = out
+                grid.append({"model_mode": model_mode, "grad_mode": grad_mode, **_tracking(out),
+                             "checksum": float(out.detach().double().sum()),
+                             "saved_bytes": rep.saved_bytes, "peak_bytes": rep.peak_bytes,
+                             "retained_bytes": rep.retained_bytes,
+                             "bn_running_stats_updated": not torch.equal(bn.running_mean,
+                                                                         state["1.running_mean"])})
+    model.load_state_dict(state)
+    ref = outs[("eval", "grad")]
+    for cell in grid:
+        key = (cell["model_mode"], cell["grad_mode"])
+        cell["max_abs_diff_vs_eval_grad"] = _max_abs_diff(outs[key], ref)
+        cell["max_abs_diff_vs_same_model_mode_grad"] = _max_abs_diff(outs[key], outs[(key[0], "grad")])
+    by = {(c["model_mode"], c["grad_mode"]): c for c in grid}
+    no_grad_output_same = all(c["max_abs_diff_vs_same_model_mode_grad"] == 0 for c in grid)
+    eval_changes = by[("train", "grad")]["max_abs_diff_vs_eval_grad"] > 0
+    tracking_ok = all(c["requires_grad"] == (c["grad_mode"] == "grad") for c in grid)
+    memory_ok = all((c["saved_bytes"] > 0) == (c["grad_mode"] == "grad") for c in grid)
+    evidence = {"model": "Linear(16,32)-BatchNorm1d-ReLU-Dropout(0.5)-Linear(32,4)", "batch": 8,
+                "grid": grid}
+    t_g, t_ng, e_g, e_ng = (by[k] for k in (("train", "grad"), ("train", "no_grad"),
+                                             ("eval", "grad"), ("eval", "no_grad")))
+    summary = (f"eval vs train changed the outputs (max diff {t_g['max_abs_diff_vs_eval_grad']:.3g}); "
+               f"no_grad vs grad left them {'bitwise equal' if no_grad_output_same else 'DIFFERENT'} in both "
+               f"model modes and only changed tracking and memory: saved for backward "
+               f"{e_g['saved_bytes']} B -> {e_ng['saved_bytes']} B (eval), {t_g['saved_bytes']} B -> "
+               f"{t_ng['saved_bytes']} B (train). In train mode BatchNorm updated its running stats even "
+               f"under no_grad: {t_ng['bn_running_stats_updated']}.")
+    ok = no_grad_output_same and eval_changes and tracking_ok and memory_ok
+    return ("holds" if ok else "does not hold"), summary, evidence
+
+
+@claim_check("C15")
+def c15(ctx):
+    """Outputs with and without no_grad, eval mode: conv nets (resnet50, unet) and the
+    transformer encoder, whose eval fast path is only taken when grad is off."""
+    wls = [workloads.get(n, ctx.scale) for n in ctx.params.get("workloads", ("resnet50", "unet",
+                                                                                 "transformer_base"))]
+    rows = []
+    for wl in wls:
+        name = wl.name
+        model = wl.build(ctx.device).eval()
+        x = wl.make_input(wl.default_batch, ctx.device)
+        out_g = model(x).detach()
+        with torch.no_grad():
+            out_ng = model(x)
+        row = {"workload": name, "batch": wl.default_batch, "bitwise_equal": torch.equal(out_g, out_ng),
+               "max_abs_diff": _max_abs_diff(out_g, out_ng),
+               "max_abs_output": float(out_g.abs().max())}
+        if out_g.dim() == 2:  # classifier logits: do the predicted classes agree?
+            row["same_argmax"] = bool(torch.equal(out_g.argmax(1), out_ng.argmax(1)))
+        if not row["bitwise_equal"]:
+            # control: is grad mode itself deterministic? and which operators differ?
+            row["grad_vs_grad_bitwise_equal"] = torch.equal(out_g, model(x).detach())
+            ops = {}
+            for mode in ("grad", "no_grad"):
+                with _OpRecorder() as rec, modes.get(mode)():
+                    model(x)
+                ops[mode] = {n for n, _ in rec.ops}
+            row["ops_only_under_no_grad"] = sorted(ops["no_grad"] - ops["grad"])
+            row["ops_only_with_grad"] = sorted(ops["grad"] - ops["no_grad"])
+        rows.append(row)
+        del model
+    tol = RULES["C15"].tolerance
+    for r in rows:
+        r["tolerance"] = tol * max(1.0, r["max_abs_output"])
+        r["within_tolerance"] = r["max_abs_diff"] <= r["tolerance"]
+    differ = [r for r in rows if not r["bitwise_equal"]]
+    close = all(r["within_tolerance"] and r.get("same_argmax", True) for r in rows)
+    parts = [f"{r['workload']} " + ("bitwise equal" if r["bitwise_equal"] else
+                                    f"max difference {r['max_abs_diff']:.2g} (tolerance {r['tolerance']:.2g})")
+             for r in rows]
+    evidence = {"device": str(ctx.device), "scale": ctx.scale, "models": rows,
+                "tolerance": f"{tol:g} x max(1, max |output|): float32 rounding when kernels sum in another order"}
+    summary = (f"Eval-mode outputs with grad vs under no_grad on {ctx.device.type} (tolerance {tol:g} relative "
+               "to the output's scale): " + "; ".join(parts) + ".")
+    for r in differ:
+        if r.get("ops_only_under_no_grad"):
+            summary += (f" {r['workload']} ran {', '.join(r['ops_only_under_no_grad'])} only under no_grad "
+                        "(kernels taken only with grad off), so its floats differ in rounding only.")
+    if close:
+        summary += (" Predictions are the same up to float rounding" +
+                    (f"; bitwise equal in {len(rows) - len(differ)} of {len(rows)}." if differ else
+                     ", bitwise equal everywhere."))
+        return "holds", summary, evidence
+    return "does not hold", summary + " A difference beyond float rounding: no_grad changed the outputs.", evidence
+
+
+def _dropout_classifier(device, seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
+
+
+@_check("C16")
+def c16(ctx):
+    """Accuracy of one fixed model on one fixed data set over repeated runs (a different RNG state
+    each run), in train mode (dropout active) and eval mode; also train mode under no_grad with
+    the same seeds. Knobs: ``runs``."""
+    runs = int(ctx.params.get("runs", 20))
+    model = _dropout_classifier(ctx.device, ctx.seed)
+    g = torch.Generator().manual_seed(ctx.seed + 1)
+    x = torch.randn(512, 32, generator=g).to(ctx.device)
+    with torch.no_grad():
+        y = model.eval()(x).argmax(1)
+    flip = torch.rand(512, generator=g).to(ctx.device) < 0.3
+    y = torch.where(flip, torch.randint(0, 10, (512,), generator=g).to(ctx.device), y)
+
+    def accuracies(train: bool, grad_mode):
+        model.train(train)
+        out = []
+        for r in range(runs):
+            torch.manual_seed(ctx.seed + 1000 + r)
+            with grad_mode():
+                out.append(float((model(x).argmax(1) == y).float().mean()))
+        return out
+
+    acc = {"train": accuracies(True, torch.enable_grad), "eval": accuracies(False, torch.enable_grad),
+           "train+no_grad": accuracies(True, torch.no_grad)}
+    model.eval()
+    spread = {k: float(np.std(v)) for k, v in acc.items()}
+    reduction = 1.0 - spread["eval"] / spread["train"] if spread["train"] > 0 else float("nan")
+    no_grad_same = acc["train"] == acc["train+no_grad"]
+    summary = (f"Not testable: the article's 7 % comes from an unnamed benchmark. The mechanism, shown: over "
+               f"{runs} runs of one fixed model on one fixed data set, the accuracy's standard deviation was "
+               f"{spread['train']:.4f} in train mode (dropout 0.1) and {spread['eval']:.4f} in eval mode. Here "
+               "dropout is the only source of run-to-run randomness, so eval() removing "
+               f"{_pct(reduction)} of it is true by construction and is no evidence for or against 7 %: in a "
+               "real benchmark the share depends on how much of the variance dropout (and BatchNorm's batch "
+               "statistics) caused, beside data order and initialisation. no_grad left the train-mode values "
+               + ("identical." if no_grad_same else "different (unexpected)."))
+    evidence = {"runs": runs, "accuracy": acc, "std": spread, "spread_reduction": reduction,
+                "train_no_grad_identical_to_train": no_grad_same,
+                "by_construction": "dropout is the only randomness (fixed model, fixed data): eval removes "
+                                   "all of the spread whatever the benchmark's share would be",
+                "model": "Linear(32,64)-ReLU-Dropout(0.1)-Linear(64,10), 512 fixed samples; labels: "
+                         "its own eval predictions with 30 % replaced at random",
+                "note": "the article's ~7 % comes from an unnamed benchmark: not testable. Eval "
+                        "mode makes dropout the identity, so dropout's share of the variability "
+                        "goes to zero; BatchNorm in train mode adds batch-composition dependence."}
+    return "not testable", summary, evidence
+
+
+@_check("C17")
+def c17(ctx):
+    """An eval-mode validation loop (ResNet-50 by default), grad on vs no_grad. Its speed is the
+    shared forward timing of (workload, scale, batch, device) (:func:`forward_condition`: a loop
+    step on data already on the device is one forward plus an argmax); its accuracy and
+    predictions come from running the loop both ways over ``n_batches`` batches whose labels are
+    drawn independently of the model. Knobs: ``workload``, ``n_batches``, ``batch``."""
+    rule = RULES["C17"]
+    name = ctx.params.get("workload", "resnet50")
+    if name not in ("mlp", "resnet50"):
+        raise ValueError(f"C17 needs a classifier workload; allowed: mlp, resnet50 (got {name!r})")
+    wl = workloads.get(name, ctx.scale)
+    b = _speed_batch(ctx, wl)
+    n = int(ctx.params.get("n_batches", 8 if _quick(ctx) else 20))
+    if n < 1:
+        raise ValueError(f"n_batches must be a positive integer, got {n}")
+    wl, model, _, _ = _build(name, ctx.scale, ctx.device, b, ctx.seed)
+    g = torch.Generator().manual_seed(ctx.seed + 17)
+    xs = [wl.make_input(b, ctx.device) for _ in range(n)]
+    ncls = int(wl.params.get("num_classes", wl.params.get("classes", 0)) or 0)
+    with torch.no_grad():
+        ncls = ncls or int(model(xs[0][:1]).shape[1])
+    # labels drawn from their own generator: independent of the model, so accuracy is free to move
+    ys = [torch.randint(0, ncls, (b,), generator=g).to(ctx.device) for _ in range(n)]
+
+    def loop(grad_mode):
+        logits = []
+        with grad_mode():
+            for x in xs:
+                logits.append(model(x).detach())
+        return logits
+
+    l_grad, l_ng = loop(torch.enable_grad), loop(torch.no_grad)
+    p_grad, p_ng = [v.argmax(1) for v in l_grad], [v.argmax(1) for v in l_ng]
+    acc = {k: float(sum(int((p == y).sum()) for p, y in zip(ps, ys)) / (n * b))
+           for k, ps in (("eval", p_grad), ("eval+no_grad", p_ng))}
+    same_preds = all(torch.equal(a, c) for a, c in zip(p_grad, p_ng))
+    max_diff = max(float((a - c).abs().max()) for a, c in zip(l_grad, l_ng))
+    distinct = len({int(v) for p in p_grad for v in p})
+    del model, xs
+    c = forward_condition(ctx, name, b)
+    t = c.triple("no_grad")
+    band = rule.band
+    verdict = band_verdict([tuple(round(v, 2) for v in t)], *band, higher_is_better=rule.lower_bound)
+    if acc["eval"] != acc["eval+no_grad"] or not same_preds:
+        verdict = "does not hold"
+    summary = (f"Validation loop of the {ctx.scale} {name} in eval mode ({n} batches of {b}, {ctx.device}): "
+               f"adding no_grad cut each step's forward by {_pct_ci(t)} (the shared forward timing at "
+               f"batch {b}: {c.ms('grad'):.3g} ms with grad, {c.ms('no_grad'):.3g} ms without; article: about "
+               f"35 %, read as 30-40 %). Predictions over {n * b} images "
+               + ("identical" if same_preds else "DIFFERENT") + f" (largest logit difference {max_diff:.2g}), "
+               f"so the accuracy is the same for any labels: {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f} on "
+               f"labels drawn independently of the model (an untrained model predicts {distinct} distinct "
+               "class(es): its accuracy is chance, only the identity of the predictions is evidence). "
+               "The data is already on the device: a loader or host-to-device copies would add the same "
+               "time to both." + _wide_note([(t, band)]) + _samples_note(ctx, "C17", [c]))
+    evidence = {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": list(t[1:]),
+                "article_band": band, "accuracy": acc, "same_predictions": same_preds,
+                "max_logit_diff": max_diff, "distinct_predicted_classes": distinct,
+                "labels": "uniform random classes from torch.Generator(seed + 17), independent of the model",
+                "comparison": c.comparison.to_dict(),
+                "timing": "shared per condition (forward_condition): the same numbers as C03/C20/X05",
+                "metric": "time_saved = 1 - t(eval+no_grad forward)/t(eval forward) per loop step"}
+    evidence["reading"] = (f"Time saved per loop step: {format_saved(*t)} against the article's about 35 %; "
+                           + ("same predictions." if same_preds else "predictions differ."))
+    return verdict, summary, evidence
+

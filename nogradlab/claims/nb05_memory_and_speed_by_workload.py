@@ -1,0 +1,423 @@
+"""Notebook 05, memory and speed by workload: the declarations and checks of C18, C19, C20, C21.
+
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
+converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from .. import timing
+from .. import workloads
+from .rules import band_verdict
+from . import declare
+from .measure import (ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, _wide_note, accounting, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
+from .rules import RULES, Rule, TIE, in_band
+from .searches import _quick, shared_largest_batch
+
+NOTEBOOK = "05_memory_and_speed_by_workload"
+
+C18 = declare(
+    "C18", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
+    figure='20-40 %',
+    rule=Rule("Per feed-forward workload and batch, memory saved = 1 - total peak(no_grad)/total "
+                "peak(grad forward); a condition agrees when it lies in 20-40 % (printed to whole %); "
+                "above 40 % is counted separately, not as agreement; holds if all agree, does not "
+                "hold if none, depends otherwise.", band=(0.20, 0.40), rounding="pct0"))
+
+C19 = declare(
+    "C19", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='for transformers the saving per token is smaller but grows with sequence length',
+    figure=None,
+    rule=Rule("Holds when the memory saved by no_grad grows with sequence length in every measured or "
+                "estimated series; does not hold when in none; depends otherwise."))
+
+C20 = declare(
+    "C20", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
+    figure='ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x; U-Net 35-40 % / 30-35 % / 2.0-2.3x; two-layer MLP 15-20 % / 10-15 % / 1.2-1.4x',
+    rule=Rule("Each cell of the article's table: memory and batch factor (estimates at full size, 16 GiB "
+                "virtual CUDA) must lie in the band as printed (whole %, 0.1x); speed = forward with grad "
+                "vs forward without grad (shared timing) agrees when its 95 % CI overlaps the band. Holds "
+                "if all cells agree, does not hold if none, depends otherwise; the training-step "
+                "comparison is reported beside it and does not count.",
+                band=None, rounding="pct0", tie=TIE, min_samples=5))
+
+C21 = declare(
+    "C21", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='at long sequences the memory saving can exceed 40 %',
+    figure='>40 %',
+    rule=Rule("Holds when, at the longest sequence of every series, the memory saved exceeds 40 % "
+                "(printed to whole %); does not hold when in none; depends otherwise.",
+                band=(0.40, 1.0), rounding="pct0", lower_bound=True))
+
+
+def _pairs(rows, base: str, case: str) -> list:
+    """Memory saved per (seq_len, batch) from a sweep's rows."""
+    by = {(r["seq_len"], r["batch"], r["setting"]): r for r in rows}
+    out = []
+    for (L, b, s), r in by.items():
+        if s != base or (L, b, case) not in by:
+            continue
+        c = by[(L, b, case)]
+        out.append({"seq_len": L, "batch": b, "baseline": base, "case": case,
+                    "baseline_total_bytes": r["total_peak_bytes"],
+                    "case_total_bytes": c["total_peak_bytes"],
+                    "memory_saved": memory_saved(r["total_peak_bytes"], c["total_peak_bytes"])})
+    return out
+
+
+# C20's training-step row (shown, never deciding a cell) in a tiny CPU run: a ResNet-50 training step holds
+# its weights three times (weights, gradients, SGD momentum: 300 MB) beside the forward's model, the
+# largest share of notebook 05's kernel on a 1-2 GB Binder machine
+_TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the weights three times, weights, "
+                     "gradients and momentum, which a learner's 1-2 GB kernel should not pay for a row that "
+                     "decides nothing; pass train_step_timing=True)")
+
+
+@_check("C18")
+def c18(ctx):
+    """Peak memory of a forward pass, grad vs no_grad (eval mode in both), for the feed-forward
+    workloads (mlp, resnet50, unet: no recurrent connections; the transformer is C19's): real
+    measurements of the ``ctx.scale`` models on ``ctx.device`` over a batch sweep, and estimates
+    at the article's sizes on a virtual CUDA device. Knobs: ``batches``, ``full_batches``."""
+    real, est = [], []
+    for key in ("batches", "full_batches"):  # both lists checked before any model is built
+        if ctx.params.get(key) is not None:
+            _batches(ctx, key, ())
+    for name in FEED_FORWARD:
+        wl, model, _, _ = _build(name, ctx.scale, ctx.device, 1, ctx.seed)
+        d = wl.default_batch
+        for b in _batches(ctx, "batches", (1, d, 2 * d)):
+            x = wl.make_input(b, ctx.device)
+            g, ng = (measure_forward(model, x, s, ctx.device, _knobs(ctx)["num_threads"])
+                     for s in ("eval+grad", "eval+no_grad"))
+            real.append({"workload": name, "scale": ctx.scale, "batch": b,
+                         "grad_total_bytes": g["total_peak_bytes"], "no_grad_total_bytes": ng["total_peak_bytes"],
+                         "grad_peak_bytes": g["peak_bytes"], "no_grad_peak_bytes": ng["peak_bytes"],
+                         "resident_bytes": g["resident_bytes"], "method": g["method"],
+                         "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
+        del model
+        full = workloads.get(name, "full").default_batch
+        # the estimates' sweep: the default batch in a learner's notebook (tiny CPU or GPU), four batches else
+        fb = _batches(ctx, "full_batches", (full,) if _quick(ctx) or (ctx.on_gpu and not ctx.reference)
+                      else (1, full // 4, full, 4 * full))
+        rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
+        for p in _pairs(rows, "eval+grad", "eval+no_grad"):
+            est.append({"workload": name, "scale": "full", "batch": p["batch"],
+                        "grad_total_bytes": p["baseline_total_bytes"],
+                        "no_grad_total_bytes": p["case_total_bytes"], "method": "estimate (virtual cuda)",
+                        "memory_saved": p["memory_saved"]})
+    rule = RULES["C18"]
+    band = rule.band
+    allr = real + est
+    for r in allr:
+        r["printed"] = round(r["memory_saved"], 2)
+        r["position"] = ("in" if in_band(r["memory_saved"], band, rule.rounding) else
+                         "below" if r["printed"] < band[0] else "above")
+    n_in = sum(r["position"] == "in" for r in allr)
+    verdict = "holds" if n_in == len(allr) else "does not hold" if n_in == 0 else "depends"
+    below = sorted({f"{r['workload']}@{r['batch']} ({r['scale']})" for r in allr if r["position"] == "below"})
+    above = sorted({f"{r['workload']}@{r['batch']} ({r['scale']})" for r in allr if r["position"] == "above"})
+    summary = (f"no_grad cut the forward pass's total peak (weights and input included) by "
+               f"{min(r['memory_saved'] for r in real):.0%}-{max(r['memory_saved'] for r in real):.0%} "
+               f"in real {ctx.scale} runs on {ctx.device} and by "
+               f"{min(r['memory_saved'] for r in est):.0%}-{max(r['memory_saved'] for r in est):.0%} "
+               f"in estimates at the article's sizes (article: 20-40 %). In the band (as printed, whole %): "
+               f"{n_in} of {len(allr)} conditions; below it: {', '.join(below) or 'none'}; above it (a larger "
+               f"saving than the article says, not agreement): {', '.join(above) or 'none'}. The saving is the "
+               "activations' share of the peak: small where weights dominate (small batches, the MLP), large "
+               "where activations do.")
+    evidence = {"article_band": band, "measured": real, "estimated_full_size": est,
+                "feed_forward_workloads": list(FEED_FORWARD),
+                "metric": "memory_saved = 1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
+                          "forward); total = weights + buffers + input + the call's own peak",
+                "below_band": below, "above_band": above, "in_band": n_in,
+                "rounding": "memory_saved compared at whole percent, as printed"}
+    return verdict, summary, evidence
+
+
+def _seq_sweep(ctx) -> dict:
+    """Memory saved (eval+grad vs eval+no_grad forward, totals) vs sequence length: real runs of
+    the ``ctx.scale`` transformer, and estimates at full size (batch 16) on a virtual CUDA device
+    (math attention) and on the fake CPU device (fused flash attention). Both are exact and
+    deterministic, so C19 and C21 share one sweep per process."""
+    lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
+                          (128, 512, 2048) if ctx.on_gpu and not ctx.reference else
+                          (128, 256, 512, 1024, 2048, 4096)))
+    # the estimates' longer list of sequence lengths: at small/full scale on a CPU, and in the GPU reference
+    reference = ctx.reference or (not ctx.on_gpu and not _quick(ctx))
+    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference))
+
+
+@functools.lru_cache(maxsize=8)
+def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool = True) -> dict:
+    dev = torch.device(device)
+    quick = dev.type != "cuda" and scale == "tiny"
+    wl0, model, _, _ = _build("transformer_base", scale, dev, 1, seed)
+    real, notes = [], []
+    for L in lens:
+        wl = with_seq_len(wl0, L)
+        x = wl.make_input(wl.default_batch, dev)
+        try:
+            g, ng = (measure_forward(model, x, s, dev, 1 if quick else None) for s in ("eval+grad", "eval+no_grad"))
+        except torch.OutOfMemoryError:
+            notes.append(f"out of memory at sequence length {L} on {dev}: the real sweep stops there")
+            break
+        finally:
+            del x
+        real.append({"seq_len": L, "batch": wl.default_batch, "scale": scale,
+                     "grad_total_bytes": g["total_peak_bytes"], "no_grad_total_bytes": ng["total_peak_bytes"],
+                     "saved_for_backward_bytes": g["saved_bytes"],
+                     "saved_per_token_bytes": g["saved_bytes"] / (wl.default_batch * L),
+                     "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
+    del model
+    full_b = workloads.get("transformer_base", "full").default_batch
+    est = {}
+    # without a GPU, fake CUDA tensors get PyTorch's math attention (the fused kernels check the
+    # real device); with one, the estimate uses whatever kernel this GPU selects
+    cuda_label = ("attention as this GPU selects it (fake tensors on cuda)" if torch.cuda.is_available()
+                  else "math attention (virtual cuda)")
+    variants = {cuda_label: ("cuda", (128, 256, 512, 1024, 2048, 4096)),
+                "fused flash attention (fake cpu)": ("cpu", (128, 512, 1024, 4096))}
+    if quick or not reference:
+        variants = {cuda_label: ("cuda", (128, 1024, 4096)),
+                    "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
+    for label, (dev, lens) in variants.items():
+        rows = estimate_sweep("transformer_base", (full_b,), device=dev, seq_lens=lens)
+        grad = {r["seq_len"]: r for r in rows if r["setting"] == "eval+grad"}
+        est[label] = [{"seq_len": p["seq_len"], "batch": full_b, "grad_total_bytes": p["baseline_total_bytes"],
+                       "no_grad_total_bytes": p["case_total_bytes"],
+                       "saved_for_backward_bytes": grad[p["seq_len"]]["saved_bytes"],
+                       "saved_per_token_bytes": grad[p["seq_len"]]["saved_bytes"] / (full_b * p["seq_len"]),
+                       "memory_saved": p["memory_saved"]} for p in _pairs(rows, "eval+grad", "eval+no_grad")]
+    return {"measured": real, "estimated_full_size": est, "notes": notes}
+
+
+def _grows(rows) -> bool:
+    s = [r["memory_saved"] for r in sorted(rows, key=lambda r: r["seq_len"])]
+    return all(b >= a for a, b in zip(s, s[1:])) and s[-1] > s[0]
+
+
+@_check("C19")
+def c19(ctx):
+    """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
+    per token is the saved-for-backward bytes per token. Knobs: ``seq_lens`` (two or more)."""
+    if ctx.params.get("seq_lens") and len(ctx.params["seq_lens"]) < 2:
+        raise ValueError(f"C19 needs two or more sequence lengths, got seq_lens={ctx.params['seq_lens']!r}")
+    sw = _seq_sweep(ctx)
+    series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
+                                **sw["estimated_full_size"]}.items() if v}
+    grows = {k: _grows(v) for k, v in series.items() if len(v) > 1}
+    verdict = "holds" if all(grows.values()) else "does not hold" if not any(grows.values()) else "depends"
+    flat = [k for k, g in grows.items() if not g]
+    parts = [f"{k}: {_pct(v[0]['memory_saved'])} at {v[0]['seq_len']} -> {_pct(v[-1]['memory_saved'])} at "
+             f"{v[-1]['seq_len']} tokens" for k, v in series.items()]
+    per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
+    tok = "; ".join(f"{k}: {v[0]} -> {v[-1]} KiB ({'grows' if v[-1] > 1.05 * v[0] else 'flat or falling'})"
+                    for k, v in per_token.items())
+    summary = (f"Memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs "
+               f"sequence length: {'; '.join(parts)}; it grows in "
+               f"{sum(grows.values())} of {len(grows)} series"
+               + (f" (not monotone: {', '.join(flat)}" if flat else "")
+               + ("; a no_grad forward with math attention also materialises the L x L scores, so at "
+                  "the longest lengths its own peak grows as fast as the grad one" if any("math" in k for k in flat)
+                  else "") + (")" if flat else "")
+               + f". Saved-for-backward bytes per token: {tok}. "
+               "Where they stay flat the fraction still grows because the fixed weights weigh less; "
+               "where they grow, kept L x L attention probabilities add a quadratic term. 'Smaller per "
+               "token' than other models names no reference, so only the growth is checked.")
+    evidence = {"series": series, "grows": grows, "saved_per_token_kib": per_token,
+                "baseline": "eval+grad forward", "case": "eval+no_grad forward",
+                "notes": sw["notes"] + ["memory measured with nn.TransformerEncoder's fused fast path off (its "
+                          "temporaries are invisible to the tracker)",
+                          "virtual CUDA runs PyTorch's math attention, which keeps L x L probabilities "
+                          "for backward; fused kernels on a real GPU keep none (see the flash series)"]}
+    return verdict, summary, evidence
+
+
+@_check("C21")
+def c21(ctx):
+    """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
+    sw = _seq_sweep(ctx)
+    series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
+                                **sw["estimated_full_size"]}.items() if v}
+    longest = {k: max(v, key=lambda r: r["seq_len"]) for k, v in series.items()}
+    first = {k: next((r["seq_len"] for r in sorted(v, key=lambda r: r["seq_len"])
+                      if r["memory_saved"] > 0.40), None) for k, v in series.items()}
+    rule = RULES["C21"]
+    verdict = band_verdict([(round(r["memory_saved"], 2), None, None) for r in longest.values()], *rule.band)
+    parts = [f"{k}: {_pct(r['memory_saved'])} at {r['seq_len']} tokens (above 40 % from "
+             f"{first[k] or 'never'})" for k, r in longest.items()]
+    summary = f"At the longest sequence measured the saving was {'; '.join(parts)}. Article: over 40 %."
+    evidence = {"longest": longest, "first_seq_len_above_40pct": first, "series": series,
+                "article_band": (0.40, 1.0), "baseline": "eval+grad forward", "case": "eval+no_grad forward"}
+    return verdict, summary, evidence
+
+
+def _train_step_timing(ctx, name, batch) -> "timing.Timing":
+    """A training step (forward, loss, backward, SGD step) of (workload, scale, batch, device): its
+    own quantity, measured once per run like the forward conditions."""
+    knobs = _knobs(ctx)
+    key = ("train_step", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])))
+
+    def make():
+        wl, model, x, y = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+        fn = _train_fn(wl, model.train(), x, y)
+        with _torch_threads(knobs["num_threads"]), timing.timing_state(ctx.device, warm_fn=fn):
+            t = timing.measure(fn, ctx.device, min_run_time=knobs["min_run_time"],
+                               warmup=knobs["warmup"], num_threads=knobs["num_threads"],
+                               label=f"{name} training step")
+        del model, x, y
+        return t
+
+    return timing.shared(key, make)
+
+
+def _signed_ci(v, lo, hi) -> str:
+    text = f"{v:+.0%} [{lo:+.0%}, {hi:+.0%}]"
+    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+
+
+def _fmt_band(band, kind) -> str:
+    return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
+
+
+@_check("C20")
+def c20(ctx):
+    """Every cell of the article's table, per workload:
+
+    * memory saved: ``1 - total_peak(eval+no_grad forward) / total_peak(training step)`` at the
+      workload's full-size default batch, estimated on a virtual CUDA device, compared with the
+      band as printed (whole percent);
+    * speed gain: forward with grad against forward without grad (eval mode), the throughput gain
+      ``t_grad / t_no_grad - 1`` with its 95 % CI, from the shared timing of the condition
+      (:func:`forward_condition`; the transformer without its fused fast path, as in C03); the
+      cell agrees when the CI overlaps the band. The training step against the no_grad forward
+      (the article's "training versus evaluation" taken literally) is its own labelled row, with
+      an unpaired CI, and does not decide a cell;
+    * batch factor: largest eval+no_grad batch / largest training batch in 16 GiB
+      (:func:`nogradlab.batch.largest_batch`, estimates on a virtual CUDA device, full size),
+      compared with the band as printed (one decimal).
+
+    Knobs: ``workloads``, ``batch_factor`` (False skips the largest-batch searches).
+    """
+    rule = RULES["C20"]
+    names = _names(ctx)
+    do_batch = ctx.params.get("batch_factor", True)
+    rows, cells = [], []
+    for name in names:
+        art = ARTICLE_TABLE[name]
+        full_b = workloads.get(name, "full").default_batch
+        tr = estimate_row(name, full_b, "train")
+        ev = estimate_row(name, full_b, "eval+no_grad")
+        gr = estimate_row(name, full_b, "eval+grad")
+        mem = memory_saved(tr["total_peak_bytes"], ev["total_peak_bytes"])
+        mem_fwd = memory_saved(gr["total_peak_bytes"], ev["total_peak_bytes"])
+
+        wl = workloads.get(name, ctx.scale)
+        b = _speed_batch(ctx, wl)
+        c = forward_condition(ctx, name, b)
+        case = "no_grad (fast path off)" if "no_grad (fast path off)" in c.settings else "no_grad"
+        speed = c.triple(case, "gain")
+        speed_fast = c.triple("no_grad", "gain")
+        train, train_row = None, (None, None, None)
+        if ctx.params.get("train_step_timing", not _quick(ctx)):
+            train = _train_step_timing(ctx, name, b)
+            tr_ratio, (tr_lo, tr_hi) = timing.bootstrap_ratio(train.times, c.comparison.timings["no_grad"].times,
+                                                              seed=ctx.seed)
+            train_row = (tr_ratio - 1, tr_lo - 1, tr_hi - 1)
+
+        factor, batches = None, {}
+        if do_batch:
+            with accounting():
+                for mode in ("train", "eval+no_grad"):
+                    start = _start_guess(name, mode, full_b) if mode == "train" else "auto"
+                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
+                                             method="estimate", max_batch=2 ** 22, start=start)
+                    batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
+                                     "notes": r.notes}
+            if batches["train"]["batch"] > 0:
+                factor = batches["eval+no_grad"]["batch"] / batches["train"]["batch"]
+        speed_printed = tuple(round(v, 2) for v in speed)  # printed to whole percent
+        row = {"workload": name, "article_label": art["label"],
+               "memory_saved": mem, "memory_band": art["memory"],
+               "speed_gain": speed[0], "speed_gain_ci": list(speed[1:]), "speed_band": art["speed"],
+               "speed_case": case, "speed_batch": b, "speed_scale": ctx.scale,
+               "speed_gain_with_fast_path": speed_fast[0], "speed_gain_with_fast_path_ci": list(speed_fast[1:]),
+               "batch_factor": factor, "batch_band": art["batch"],
+               "training_step_vs_no_grad_forward": train_row[0],
+               "training_step_vs_no_grad_forward_ci": list(train_row[1:]) if train is not None else None,
+               "memory_saved_forward_only": mem_fwd,
+               "parameter_bytes": param_bytes(name, "full"), "grad_forward_total_bytes": gr["total_peak_bytes"],
+               "time_saved": c.triple(case)[0],
+               "train_total_bytes": tr["total_peak_bytes"], "eval_no_grad_total_bytes": ev["total_peak_bytes"],
+               "memory_batch": full_b, "largest_batch": batches,
+               "timing": {"grad_forward": c.comparison.timings["grad"].median,
+                          "no_grad_forward": c.comparison.timings[case].median,
+                          "train_step": train.median if train is not None else None}}
+        row["in_band"] = {
+            "memory": in_band(mem, art["memory"], "pct0"),
+            "speed": band_verdict([speed_printed], *art["speed"], higher_is_better=False) == "holds",
+            "training_step": None if train is None else band_verdict(
+                [tuple(round(v, 2) for v in train_row)], *art["speed"], higher_is_better=False) == "holds",
+            "memory_forward_only": in_band(mem_fwd, art["memory"], "pct0"),
+            "batch": None if factor is None else in_band(factor, art["batch"], "x1")}
+        rows.append(row)
+        cells += ["holds" if row["in_band"][k] else "no" for k in ("memory", "speed", "batch")
+                  if row["in_band"][k] is not None]
+    n_ok = cells.count("holds")
+    verdict = "holds" if n_ok == len(cells) else "does not hold" if n_ok == 0 else "depends"
+    desc = "; ".join(
+        f"{r['workload']}: memory {_pct(r['memory_saved'])} (article {_fmt_band(r['memory_band'], 'pct')}), "
+        f"speed {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])} "
+        f"(article +{_fmt_band(r['speed_band'], 'pct')}), batch "
+        + (f"{r['batch_factor']:.1f}x" if r["batch_factor"] is not None else "n/a")
+        + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
+    timed_train = [r for r in rows if r["training_step_vs_no_grad_forward"] is not None]
+    train_desc = ", ".join(f"{r['workload']} {_signed_ci(r['training_step_vs_no_grad_forward'], *r['training_step_vs_no_grad_forward_ci'])}"
+                           for r in timed_train)
+    fast = [r for r in rows if r["speed_case"] != "no_grad"]
+    summary = (f"{n_ok} of {len(cells)} cells fall in the article's band, as printed (memory to whole %, "
+               f"batch factor to 0.1x; memory and batch factor at full size on a virtual 16 GiB CUDA device; "
+               f"speed = forward with grad vs forward without grad, 95 % CI, {ctx.scale} scale on {ctx.device}). "
+               f"{desc}."
+               + "".join(f" {r['workload']}'s speed excludes its fused fast path (with it: "
+                         f"{r['speed_gain_with_fast_path']:+.0%})." for r in fast)
+               + (f" Separate row, not counted: a training step vs a no_grad forward takes {train_desc} "
+                  "longer (not a no_grad effect: backward and the optimizer step are extra work)." if timed_train else
+                  f" Separate row, not counted: a training step vs a no_grad forward, {_TRAIN_QUICK_NOTE}.")
+               + _wide_note([((r["speed_gain"], *r["speed_gain_ci"]), r["speed_band"]) for r in rows],
+                            higher_is_better=False) + _samples_note(ctx, "C20", [forward_condition(ctx, r["workload"], r["speed_batch"])
+                                                                  for r in rows]))
+    evidence = {"rows": rows, "cells_in_band": n_ok, "cells": len(cells),
+                "reading": f"{n_ok} of {len(cells)} cells of the article's table are reproduced (as printed; "
+                           "speed: forward with vs without grad).",
+                "rounding": "memory compared at whole percent, batch factor at one decimal, speed CI ends "
+                            "at whole percent: the values as the summary prints them",
+                "definitions": {
+                    "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
+                                    "forward, loss, backward, SGD step), weights included; "
+                                    "memory.estimate at full size and default batch, virtual CUDA",
+                    "speed_gain": "throughput gain t(eval+grad forward)/t(eval+no_grad forward) - 1, the shared "
+                                  f"forward timing at scale {ctx.scale} on {ctx.device}, 95 % paired-bootstrap CI",
+                    "training_step_vs_no_grad_forward": "t(training step)/t(eval+no_grad forward) - 1, the "
+                                  "training step measured on its own, unpaired bootstrap CI; shown, not counted",
+                    "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
+                                                 "forward), same estimate; the training step also holds "
+                                                 "gradients (parameter_bytes)",
+                    "batch_factor": "largest batch eval+no_grad / largest batch training step under "
+                                    "16 GiB (batch.largest_batch, estimate, virtual CUDA, full size)"},
+                "notes": ["the article's 'recurrent CNN (U-Net-style)' row is a U-Net: a convolutional "
+                          "encoder-decoder with skips, nothing recurrent",
+                          "memory and batch cells must lie in the band as printed; a speed cell's CI must "
+                          "overlap the band",
+                          "transformer memory: fast path off; attention by PyTorch's math backend on the "
+                          "virtual device (keeps L x L probabilities for backward, as C19 explains)"]}
+    return verdict, summary, evidence
+

@@ -1,0 +1,342 @@
+"""Notebook 06, decorators contexts and autocast: the declarations and checks of C22, C23, C24, C28.
+
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
+converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .. import modes
+from .. import timing
+from . import claim_check, declare
+from .measure import _build, _check, _forward_fn, _train_fn
+from .probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
+from .rules import RULES, Rule, TIE
+
+NOTEBOOK = "06_decorators_contexts_and_autocast"
+
+C22 = declare(
+    "C22", section='6', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='@torch.no_grad() as a decorator covers the whole function',
+    figure=None,
+    rule=Rule("Holds when @torch.no_grad() covers the whole function, helpers, generator resumes and "
+                "the bare decorator form; depends when only plain functions are covered."))
+
+C23 = declare(
+    "C23", section='6', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='profiling shows about 28 % less time in autograd-related operators, plus about 10 % from larger batches',
+    figure='28 % / 10 %',
+    rule=Rule("Not testable for the 28 % / 10 % figures (no profiler reports 'autograd-related operator "
+                "time' in a forward); the mechanism, total operator time with grad vs without, is measured "
+                "with a 95 % CI.", tie=TIE, min_samples=5))
+
+C24 = declare(
+    "C24", section='6', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='the torch.cuda.amp.autocast() pattern nested inside no_grad',
+    figure=None,
+    rule=Rule("Holds when autocast inside no_grad gives low-precision, untracked outputs with "
+                "torch.autocast(device_type=...); a deprecation warning on the article's spelling is "
+                "reported, not counted; depends only when the article's spelling fails or does nothing "
+                "on a device where it should work; does not hold when the stacking itself fails."))
+
+C28 = declare(
+    "C28", section='FAQ', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='no_grad and autocast stack without interfering',
+    figure=None,
+    rule=Rule("Holds when no_grad outside autocast gives low-precision untracked outputs and the "
+                "reverse nesting leaves later gradients intact; depends when only the outer form is safe."))
+
+
+AUTOCAST_CACHE_ISSUES = {
+    "112583": "https://github.com/pytorch/pytorch/issues/112583",
+    "113685 (fix: redo a cached cast that lacks gradient history)":
+        "https://github.com/pytorch/pytorch/pull/113685",
+    "165068 (fix of 158232: cached casts always made with grad enabled)":
+        "https://github.com/pytorch/pytorch/pull/165068",
+}
+
+
+def _low_precision(device: torch.device) -> torch.dtype:
+    """The autocast dtype this check uses on ``device``: float16 on CUDA, bfloat16 elsewhere."""
+    return torch.float16 if device.type == "cuda" else torch.bfloat16
+
+
+@claim_check("C22")
+def c22(ctx):
+    """``@torch.no_grad()`` covers the whole function (also helpers it calls, and restores on
+    error); generators get the mode re-applied on each resume; bare ``@torch.no_grad`` works."""
+    x = torch.randn(3, device=ctx.device, requires_grad=True)
+
+    def helper(t):
+        return torch.is_grad_enabled(), (t * 2).requires_grad
+
+    @torch.no_grad()
+    def predict(t):
+        first = torch.is_grad_enabled()
+        y = t * 2
+        in_helper = helper(t)
+        last = torch.is_grad_enabled()
+        return {"grad_at_start": first, "grad_in_called_helper": in_helper[0],
+                "helper_result_requires_grad": in_helper[1], "grad_at_end": last,
+                "result_requires_grad": bool(y.requires_grad)}
+
+    @torch.no_grad()
+    def failing():
+        raise ValueError("boom")
+
+    @torch.no_grad()
+    def gen():
+        for _ in range(2):
+            yield torch.is_grad_enabled()
+
+    decorated = predict(x)
+    after_call = torch.is_grad_enabled()
+    _error_text(failing)
+    after_error = torch.is_grad_enabled()
+    g = gen()
+    resumes, caller_between = [], []
+    for mode_inside in g:
+        resumes.append(mode_inside)
+        caller_between.append(torch.is_grad_enabled())
+    try:
+        @torch.no_grad
+        def bare(t):
+            return torch.is_grad_enabled(), bool((t * 2).requires_grad)
+        bare_result = {"works": True, "grad_inside": bare(x)[0], "result_requires_grad": bare(x)[1]}
+    except Exception as e:  # noqa: BLE001 - an older torch refuses the bare form
+        bare_result = {"works": False, "error": f"{type(e).__name__}: {e}"}
+    evidence = {"function": decorated, "grad_after_call": after_call, "grad_after_exception": after_error,
+                "generator": {"grad_inside_at_each_resume": resumes, "caller_grad_between_resumes": caller_between},
+                "bare_decorator": bare_result}
+    whole = (not any(decorated.values())) and after_call and after_error
+    gen_ok = resumes == [False, False] and all(caller_between)
+    bare_ok = bare_result["works"] and not bare_result["grad_inside"] and not bare_result["result_requires_grad"]
+    summary = (f"Inside @torch.no_grad() grad was off from first to last line and in the helper it called; "
+               f"restored after return ({after_call}) and after an exception ({after_error}). A decorated "
+               f"generator had grad off at each resume {resumes} while its caller had it on between them "
+               f"{caller_between}. Bare @torch.no_grad: "
+               + ("works the same." if bare_ok else f"{bare_result}."))
+    if whole and gen_ok and bare_ok:
+        return "holds", summary, evidence
+    if whole:
+        return "depends", summary, evidence
+    return "does not hold", summary, evidence
+
+
+@claim_check("C24")
+def c24(ctx):
+    """The article's ``torch.cuda.amp.autocast()`` inside no_grad: that spelling is deprecated;
+    ``torch.autocast(device_type=...)`` gives low-precision outputs and no graph."""
+    dev = ctx.device
+    lin = nn.Linear(16, 16, device=dev)
+    lin_cpu = lin if dev.type == "cpu" else nn.Linear(16, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            old_cm = torch.cuda.amp.autocast()
+            err = None
+        except Exception as e:  # noqa: BLE001 - recorded
+            old_cm, err = None, f"{type(e).__name__}: {e}"
+        old_run = None
+        if old_cm is not None:
+            with torch.no_grad(), old_cm:
+                y = lin(torch.randn(4, 16, device=dev))
+            old_run = {"device": str(dev), "dtype": str(y.dtype), **_tracking(y)}
+    old_warnings = [{"category": w.category.__name__, "message": str(w.message)} for w in caught]
+    deprecated = any(issubclass(w.category, (FutureWarning, DeprecationWarning)) and "deprecat" in
+                     str(w.message).lower() for w in caught)
+
+    def modern(device_type, model, dtype):
+        x = torch.randn(4, 16, device=next(model.parameters()).device)
+        with torch.no_grad(), torch.autocast(device_type=device_type, dtype=dtype):
+            y = model(x)
+        return {"device_type": device_type, "autocast_dtype": str(dtype), "output_dtype": str(y.dtype),
+                **_tracking(y), "ok": y.dtype == dtype and not y.requires_grad and y.grad_fn is None}
+
+    runs = [modern("cpu", lin_cpu, torch.bfloat16)]
+    if ctx.on_gpu:
+        runs.append(modern("cuda", lin, torch.float16))
+    evidence = {"torch.cuda.amp.autocast()": {"constructed": old_cm is not None, "error": err,
+                                              "warnings": old_warnings, "deprecated": deprecated,
+                                              "run_inside_no_grad": old_run},
+                "torch.autocast": runs, "cuda_tested": ctx.on_gpu}
+    modern_ok = all(r["ok"] for r in runs)
+    summary = ("torch.autocast inside no_grad: " + "; ".join(
+        f"{r['device_type']} -> {r['output_dtype']} outputs, requires_grad {r['requires_grad']}" for r in runs)
+        + ("" if ctx.on_gpu else " (CUDA not tested: no GPU here)") + ". The article's "
+        f"torch.cuda.amp.autocast() spelling {'is deprecated (FutureWarning)' if deprecated else 'did not warn'}"
+        + (f"; on this {dev.type} device it gave {old_run['dtype']} outputs" if old_run else "")
+        + (" because autocast disabled itself without CUDA" if old_run and not torch.cuda.is_available()
+           else "") + ".")
+    # the article's spelling is judged only where it can work: on a CUDA device it must give fp16
+    old_works = old_run is not None and (not ctx.on_gpu or old_run["dtype"] == "torch.float16")
+    evidence["article_spelling_works"] = old_works if ctx.on_gpu else None
+    if not modern_ok:
+        return "does not hold", summary, evidence
+    if ctx.on_gpu and (err or not old_works):
+        return "depends", summary + (" The article's spelling failed here; the stacking works with "
+                                     "torch.autocast(device_type=...)."), evidence
+    note = (" The stacking holds; the deprecation only asks for torch.autocast('cuda') instead."
+            if deprecated else " The stacking holds.")
+    if not ctx.on_gpu:
+        note += " The article's CUDA spelling itself needs a GPU to be tested."
+    return "holds", summary + note, evidence
+
+
+def _weight_casts(rec: _OpRecorder, shape) -> int:
+    return sum(1 for n, s in rec.ops if n.startswith("_to_copy") and s == tuple(shape))
+
+
+@claim_check("C28")
+def c28(ctx):
+    """Outer no_grad + inner autocast is safe for inference. Reverse nesting (autocast outside, a
+    no_grad forward then a grad forward in the same region, where the autocast weight-cast cache
+    could hand the grad forward a cast made without history: pytorch/pytorch#112583): does the
+    gradient still reach the weights, equal to a clean run?"""
+    dev = ctx.device
+    dtype = _low_precision(dev)
+    lin = nn.Linear(8, 8, device=dev)
+    x = torch.randn(4, 8, device=dev)
+    with torch.no_grad(), torch.autocast(dev.type, dtype=dtype):
+        inf = lin(x)
+    outer = {"output_dtype": str(inf.dtype), **_tracking(inf)}
+
+    def grad_run(first_mode):
+        """In one autocast region: an optional forward under ``first_mode``, then one with grad."""
+        lin.zero_grad(set_to_none=True)
+        with _OpRecorder() as rec, torch.autocast(dev.type, dtype=dtype):
+            cache_on = torch.is_autocast_cache_enabled()
+            if first_mode is not None:
+                with modes.get(first_mode)():
+                    lin(x)
+            out = lin(x)
+        if out.requires_grad:
+            out.float().sum().backward()
+        grad = None if lin.weight.grad is None else lin.weight.grad.detach().clone()
+        return {"cache_enabled": cache_on, "weight_casts": _weight_casts(rec, lin.weight.shape),
+                "output_requires_grad": bool(out.requires_grad)}, grad
+
+    clean, ref = grad_run(None)
+    reverse = {}
+    for first in ("no_grad", "inference_mode"):
+        info, grad = grad_run(first)
+        info["weight_grad_is_none"] = grad is None
+        info["weight_grad_max_abs_diff_vs_clean"] = None if grad is None else _max_abs_diff(grad, ref)
+        info["gradient_intact"] = grad is not None and torch.allclose(grad, ref, rtol=1e-3, atol=1e-6)
+        reverse[f"autocast{{ {first} forward; grad forward }}"] = info
+    outer_ok = inf.dtype == dtype and not inf.requires_grad
+    reverse_ok = all(r["gradient_intact"] for r in reverse.values())
+    evidence = {"device": str(dev), "autocast_dtype": str(dtype), "torch": torch.__version__,
+                "outer_no_grad_inner_autocast": outer, "clean_grad_run": clean, "reverse_nesting": reverse,
+                "references": AUTOCAST_CACHE_ISSUES}
+    ng = reverse["autocast{ no_grad forward; grad forward }"]
+    im = reverse["autocast{ inference_mode forward; grad forward }"]
+    summary = (f"no_grad outside autocast: {outer['output_dtype']} output, no graph. Reverse nesting in torch "
+               f"{torch.__version__} on {dev.type} (autocast cache {'on' if ng['cache_enabled'] else 'off'}; "
+               f"weight cast {ng['weight_casts']} time(s) for two forwards): the grad forward after a no_grad "
+               f"forward gave a weight gradient {'equal to' if ng['gradient_intact'] else 'MISSING or unlike'} "
+               f"that of a clean run; after an inference_mode forward: {'equal' if im['gradient_intact'] else 'BROKEN'}.")
+    if outer_ok and reverse_ok:
+        return "holds", summary, evidence
+    if outer_ok:
+        return "depends", summary + " Safe as outer no_grad; the reverse nesting breaks training here.", evidence
+    return "does not hold", summary, evidence
+
+
+def _is_autograd_event(key: str) -> bool:
+    return "autograd" in key.lower() or "Backward" in key or key.startswith("torch::autograd")
+
+
+def _profile(fn, repeats: int) -> dict:
+    """Self CPU time and op counts of ``fn`` run ``repeats`` times under the legacy autograd profiler:
+    the same operator events torch.profiler records, without kineto. Kineto (even with
+    ``use_kineto=False``) starts its activity profiler, which on a CUDA build of torch without a GPU
+    writes ``gpuGetDeviceCount failed`` and USDT lines to the process's stderr, and takes seconds."""
+    fn()
+    try:
+        from torch.autograd import profiler_legacy
+
+        prof_ctx = profiler_legacy.profile()
+        kind = "torch.autograd.profiler_legacy.profile()"
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        prof_ctx = torch.autograd.profiler.profile(use_kineto=False)
+        kind = "torch.autograd.profiler.profile(use_kineto=False)"
+    with prof_ctx as prof:
+        for _ in range(repeats):
+            fn()
+    ev = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in ev)
+    auto = [e for e in ev if _is_autograd_event(e.key)]
+    auto_us = sum(e.self_cpu_time_total for e in auto)
+    return {"profiler": kind, "self_cpu_us": total, "ops": int(sum(e.count for e in ev)),
+            "distinct_ops": len(ev), "autograd_self_cpu_us": auto_us,
+            "autograd_share": auto_us / total if total else 0.0,
+            "autograd_events": sorted({e.key for e in auto})[:20],
+            "top_ops": [(e.key, int(e.count), float(e.self_cpu_time_total))
+                        for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:8]]}
+
+
+@_check("C23")
+def c23(ctx):
+    """The article's 28 % is a share of "autograd-related operators" in a profile; no profiler
+    reports such a quantity for a forward pass (the graph is recorded inside each ordinary
+    operator; events named after autograd appear only when backward runs), so the statistic is
+    not testable. The mechanism is measured: total self operator time (autograd profiler) of a
+    tiny transformer and mlp forward with grad and without, in interleaved rounds, with a 95 %
+    paired-bootstrap CI; op counts; and a training step for where autograd events do appear.
+    Knobs: ``repeats`` (calls per profile), ``profile_rounds``."""
+    rule = RULES["C23"]
+    reps = int(ctx.params.get("repeats", 3))
+    rounds = int(ctx.params.get("profile_rounds", rule.min_samples))
+    if reps < 1 or rounds < 2:
+        raise ValueError(f"repeats must be >= 1 and profile_rounds >= 2, got {reps}, {rounds}")
+    out, totals, cis = {}, {}, {}
+    for name in ("transformer_base", "mlp"):
+        wl, model, x, y = _build(name, "tiny", ctx.device, 2, ctx.seed)
+        r = reps if name != "mlp" else 10 * reps  # the mlp's ops take microseconds
+        fns = {"grad": _forward_fn(model, x, torch.enable_grad), "no_grad": _forward_fn(model, x, torch.no_grad)}
+        samples = {"grad": [], "no_grad": []}
+        profs = {}
+        for i in range(rounds):  # interleaved, alternating order
+            for mode in (("grad", "no_grad") if i % 2 == 0 else ("no_grad", "grad")):
+                p = _profile(fns[mode], r)
+                samples[mode].append(p["self_cpu_us"] / r)
+                profs.setdefault(mode, p)
+        sp, ci = timing.bootstrap_speedup(samples, "grad", seed=ctx.seed)
+        drop = 1 - 1 / sp["no_grad"]
+        totals[name] = {"op_time_us_per_call": {m: float(np.median(v)) for m, v in samples.items()},
+                        "samples_us_per_call": samples, "op_time_saved": drop,
+                        "op_time_saved_ci": [1 - 1 / ci["no_grad"][0], 1 - 1 / ci["no_grad"][1]]}
+        out[name] = profs
+        if name == "mlp":
+            out[name]["train_step"] = _profile(_train_fn(wl, model.train(), x, y), r)
+        del model, x, y
+    fwd_shares = [out[n][m]["autograd_share"] for n in out for m in ("grad", "no_grad")]
+    train_share = {n: out[n]["train_step"]["autograd_share"] for n in out if "train_step" in out[n]}
+    drop = {n: t["op_time_saved"] for n, t in totals.items()}
+    bracket = ", ".join(f"{n} {t['op_time_saved']:.0%} [{t['op_time_saved_ci'][0]:.0%}, "
+                        f"{t['op_time_saved_ci'][1]:.0%}]" for n, t in totals.items())
+    summary = (f"Not testable as stated: with grad on or off, a forward's profile has "
+               f"{max(fwd_shares):.0%} of its self time in events named after autograd (the graph is "
+               "recorded inside each ordinary operator), so no profiler shows the article's 'autograd-related "
+               f"operator time'. The mechanism, measured: total operator time of a tiny forward fell under "
+               f"no_grad by {bracket} ({rounds} interleaved profiled rounds, 95 % CI; article: about 28 %). "
+               f"Op counts: transformer {out['transformer_base']['grad']['ops']} with grad, "
+               f"{out['transformer_base']['no_grad']['ops']} without (the fused fast path: a different kernel); "
+               f"mlp {out['mlp']['grad']['ops']} both ways. Autograd events appear only with backward: "
+               f"{', '.join(f'{n} {v:.1%}' for n, v in train_share.items())} of a training step's self time. The "
+               "'10 % from larger batches' is no profiler quantity.")
+    evidence = {"profiles": out, "forward_autograd_shares": fwd_shares, "train_step_autograd_share": train_share,
+                "total_op_time_drop": drop, "op_time": totals, "repeats": reps, "profile_rounds": rounds,
+                "scale": "tiny", "statistic": {"figures": "28 % / 10 %", "testable": False,
+                                               "why": "no profiler event class 'autograd-related operators' "
+                                                      "exists in a forward pass"},
+                "autograd_event_rule": "name contains 'autograd' or 'Backward' (engine evaluate_function, "
+                                       "backward nodes, AccumulateGrad)"}
+    return "not testable", summary, evidence
+

@@ -1,0 +1,206 @@
+"""Notebook 09, beyond no grad: the declarations and checks of X01, X05.
+
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
+converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import modes
+from .. import timing
+from .. import workloads
+from . import claim_check, declare
+from .measure import (_beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tiers, _torch_threads, forward_condition)
+from .probes import _error_text, _workload
+from .rules import RULES, Rule, TIE
+
+NOTEBOOK = "09_beyond_no_grad"
+
+X01 = declare(
+    "X01", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
+    paraphrase='torch.inference_mode skips more than no_grad (version counters, view tracking), and its tensors cannot be saved for backward later',
+    figure=None,
+    rule=Rule("Holds when inference_mode tensors skip version counting and cannot be saved for a later "
+                "backward, as documented; otherwise does not hold."))
+
+X05 = declare(
+    "X05", section='beyond', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
+    figure=None,
+    rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode) with 95 % "
+                "CIs; a lever beats plain no_grad only when its CI lies wholly above no_grad's (overlap "
+                "is a tie) and it is at least 5 % faster. Holds when a lever beats no_grad in every "
+                "condition, does not hold in none, depends otherwise.", threshold=0.05, min_samples=5, tie=TIE))
+
+
+@claim_check("X01")
+def x01(ctx):
+    """inference_mode: no version counter, no view tracking, a measured gain over no_grad
+    (nogradlab.timing.compare), and inference tensors cannot be saved for backward."""
+    dev = ctx.device
+    with torch.no_grad():
+        a = torch.ones(4, 4, device=dev)
+        v = a[0]
+        a.add_(1)
+    ng = {"is_inference": a.is_inference(), "version_after_one_inplace": a._version,
+          "view_is_tracked": v._is_view() and v._base is a}
+    with torch.inference_mode():
+        b = torch.ones(4, 4, device=dev)
+        vb = b[0]
+        b.add_(1)
+    inf = {"is_inference": b.is_inference(), "version_counter": _error_text(lambda: b._version),
+           "view_is_tracked": vb._is_view()}
+    w = torch.randn(4, 4, device=dev, requires_grad=True)
+    restriction = {"saved_for_backward (w * inference_tensor)": _error_text(lambda: (w * b).sum()),
+                   "inplace_outside_inference_mode": _error_text(lambda: b.add_(1)),
+                   "clone_is_a_normal_tensor": not b.clone().is_inference()}
+    wl, model, x = _workload(ctx)
+
+    def run(mode):
+        def f():
+            with modes.get(mode)():
+                model(x)
+        return f
+
+    cmp = timing.compare({"no_grad": run("no_grad"), "inference_mode": run("inference_mode")},
+                         baseline="no_grad", device=dev, rounds=int(ctx.params.get("rounds", 10)),
+                         min_run_time=float(ctx.params.get("min_run_time", 0.3)), seed=ctx.seed)
+    speedup, (lo, hi) = cmp.speedup["inference_mode"], cmp.ci["inference_mode"]
+    evidence = {"no_grad_tensor": ng, "inference_tensor": inf, "restriction": restriction,
+                "timing": {"workload": wl.name, "batch": x.shape[0], **cmp.to_dict()}}
+    saved_err = restriction["saved_for_backward (w * inference_tensor)"]
+    ok = (inf["is_inference"] and inf["version_counter"] is not None and not inf["view_is_tracked"]
+          and ng["view_is_tracked"] and saved_err is not None)
+    summary = (f"Under inference_mode tensors are inference tensors with no version counter "
+               f"({inf['version_counter']}) and untracked views, where no_grad keeps both (version "
+               f"{ng['version_after_one_inplace']} after one in-place op). Saving one for backward raised: "
+               f"{(saved_err or 'nothing').split('. ')[0]}. "
+               f"Gain over no_grad on {wl.name} {ctx.scale}: {speedup:.3f}x (95 % CI {lo:.3f}-{hi:.3f})")
+    if lo <= 1 <= hi:
+        summary += ": no difference resolved"
+    if any(t.noisy for t in cmp.timings.values()):
+        summary += " (noisy timings: IQR over 10 % of the median; rerun on a quiet machine)"
+    summary += "."
+    return ("holds" if ok else "does not hold"), summary, evidence
+
+
+def _cast(ctx) -> str:
+    return "fp16" if ctx.device.type == "cuda" else "bf16"
+
+
+def _compiled_timing(ctx, name, batch) -> tuple:
+    """``(Timing or None, why not)``: the torch.compile'd forward under no_grad of (workload,
+    scale, batch, device), compiled before timing (compile time is not in the figure), measured
+    once per run with the shared protocol. X05's own quantity."""
+    knobs = _knobs(ctx)
+    key = ("compiled forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])))
+
+    def make():
+        wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+        try:
+            compiled = torch.compile(model)
+            fn = _forward_fn(compiled, x, torch.no_grad)
+            fn()
+            with _torch_threads(knobs["num_threads"]), timing.timing_state(ctx.device, warm_fn=fn):
+                return timing.measure(fn, ctx.device, min_run_time=knobs["min_run_time"], warmup=knobs["warmup"],
+                                      num_threads=knobs["num_threads"], label=f"{name} compiled"), None
+        except Exception as e:  # noqa: BLE001 - compile failing is a finding, not a crash
+            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        finally:
+            del model, x
+
+    return timing.shared(key, make)
+
+
+@_check("X05")
+def x05(ctx):
+    """Per workload and batch, the shared forward timing (:func:`forward_condition`): grad (the
+    baseline), no_grad, inference_mode, and levers on top of no_grad: autocast (bf16 on CPU;
+    fp16 and bf16 on CUDA), channels_last for the CNNs (stacked with the autocast dtypes on CUDA),
+    torch.compile where it runs (compiled before timing). On CUDA ``cudnn.benchmark`` is on and
+    the TF32 state is reported; the batches cover the overhead-bound regime (the default batch)
+    and the compute-bound one (4x); torch.compile at the default batch, timed on its own with an
+    unpaired CI (:func:`_compiled_timing`); a tiny CPU run times the main speed batch only
+    (:func:`_lever_batches`). Cases whose CIs overlap are ranked as ties. Knobs:
+    ``workloads``, ``batches``, ``compile`` (True/False forces it on/off; off on tiny CPU runs)."""
+    rule = RULES["X05"]
+    margin = rule.threshold or 0.05
+    names = _names(ctx)
+    compile_reason = _compile_reason(ctx)
+    rows, beats = [], {}
+    state = {}
+    for name in names:
+        for b in _lever_batches(ctx, workloads.get(name, ctx.scale)):
+            c = forward_condition(ctx, name, b)
+            if c.comparison is None:
+                rows.append({"workload": name, "batch": b, "skipped": c.skipped})
+                continue
+            cmp = c.comparison
+            state = c.state
+            speedup = dict(cmp.speedup)
+            ci = {k: list(v) for k, v in cmp.ci.items()}
+            skipped = dict(c.skipped)
+            unpaired = []
+            if b == _speed_batch(ctx, workloads.get(name, ctx.scale)):
+                if compile_reason is None:
+                    t_comp, why = _compiled_timing(ctx, name, b)
+                    if t_comp is None:
+                        skipped["compile"] = why
+                    else:  # timed on its own: an unpaired CI against the shared grad timing
+                        sp, (lo, hi) = timing.bootstrap_ratio(cmp.timings["grad"].times, t_comp.times, seed=ctx.seed)
+                        speedup["no_grad+compile"], ci["no_grad+compile"] = sp, [lo, hi]
+                        unpaired.append("no_grad+compile")
+                else:
+                    skipped["compile"] = compile_reason
+            tiers = _tiers(speedup, ci)
+            order = [k for t in tiers for k in t]
+            levers = [k for k in speedup if k.startswith("no_grad+")]
+            won = [k for k in levers if _beats(speedup, ci, k, "no_grad", margin)]
+            beats[f"{name}@{b}"] = won
+            im = c.ratio("no_grad", "inference_mode")
+            rows.append({"workload": name, "batch": b, "speedup": speedup, "ci": ci,
+                         "median_ms": {k: t.median * 1e3 for k, t in cmp.timings.items()},
+                         "ranking": order, "tiers": tiers,
+                         "no_grad_rank": order.index("no_grad") + 1,
+                         "no_grad_tier": next(i for i, t in enumerate(tiers, 1) if "no_grad" in t),
+                         "inference_mode_vs_no_grad": [im[0], im[1], im[2]],
+                         "beats_no_grad": won, "skipped": skipped, "state": c.state,
+                         "unpaired_ci": unpaired})
+
+    def fmt_tiers(r):
+        return " > ".join(" = ".join(f"{k} {r['speedup'][k]:.2f}x" for k in t) for t in r["tiers"])
+
+    timed = [r for r in rows if "tiers" in r]
+    parts = "; ".join(f"{r['workload']}@{r['batch']}: {fmt_tiers(r)}" for r in timed)
+    gpu = ""
+    if ctx.device.type == "cuda" and state:
+        gpu = (f" CUDA settings: cudnn.benchmark {state.get('cudnn_benchmark')}, TF32 matmul "
+               f"{state.get('tf32_matmul')}, TF32 cuDNN {state.get('tf32_cudnn')} (float32 matmul precision "
+               f"{state.get('float32_matmul_precision')}); the default batch is the overhead-bound regime, "
+               "4x it the compute-bound one.")
+    cpu_note = ""
+    if ctx.device.type == "cpu":
+        cpu_note = (" On CPU, bf16 autocast casts the fp32 weights to bf16 again on every call (autocast's "
+                    "cast cache lives only inside one autocast block), so at small batches the casts can "
+                    "cost more than bf16 saves; converting the model once (model.to(torch.bfloat16)) avoids them.")
+    summary = (f"Forward speedups over grad ({ctx.scale}, {ctx.device}, eval mode, 95 % CIs; '=' joins cases "
+               f"whose CIs overlap: a tie, not a ranking): {parts}. A lever beats plain no_grad when its CI "
+               f"lies wholly above no_grad's and it is at least {margin:.0%} faster: "
+               + (", ".join(f"{k}: {', '.join(v) or 'none'}" for k, v in beats.items()))
+               + f". torch.compile: {compile_reason or 'included where it compiled'}." + gpu + cpu_note
+               + _samples_note(ctx, "X05", [forward_condition(ctx, r["workload"], r["batch"]) for r in rows]))
+    verdict = ("holds" if beats and all(beats.values()) else
+               "does not hold" if not any(beats.values()) else "depends")
+    evidence = {"rows": rows, "best": {f"{r['workload']}@{r['batch']}": r["tiers"][0] for r in timed},
+                "a_lever_beats_plain_no_grad": beats, "autocast": _cast(ctx),
+                "compile_skipped": compile_reason, "margin": margin, "state": state,
+                "metric": "speedup = t(grad forward) / t(case), eval mode, 95 % paired-bootstrap CI; levers "
+                          "are applied on top of no_grad, the way inference code stacks them",
+                "timing": "shared per condition (forward_condition): the same numbers as C03/C17/C20",
+                "verdict_rule": rule.text,
+                "reading": f"A lever clearly beats plain no_grad in {sum(1 for v in beats.values() if v)} of "
+                           f"{len(beats)} conditions; elsewhere the CIs overlap (a tie) or no_grad is as fast."}
+    return verdict, summary, evidence
+
