@@ -21,7 +21,7 @@ from nogradlab import claims, device as _device
 info = _device.describe(device)
 with open(os.environ["NOGRADLAB_LEDGER"], "a") as f:
     for i, c in enumerate(claims.all_claims()):  # fake entries: nothing is measured here
-        r = claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary="fake ledger entry", evidence={},
+        r = claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary="fake ledger entry", measurements={},
                           figure=c.figure, section=c.section, kind=c.kind, paraphrase=c.paraphrase,
                           notebook=os.environ["NOGRADLAB_NOTEBOOK"], device=info, torch="fake", scale=scale)
         f.write(json.dumps(r.to_dict()) + "\\n")

@@ -33,7 +33,7 @@ def fake_results(skip=()):
             continue
         evidence = {"grid": GRID} if c.id == "C14" else {"value": i}
         out.append(claims.Result(id=c.id, verdict=claims.VERDICTS[i % 4], summary=f"fake summary {i} <b>",
-                                 evidence=evidence, figure=c.figure, section=c.section,
+                                 measurements=evidence, figure=c.figure, section=c.section,
                                  kind=c.kind, paraphrase=c.paraphrase, notebook=c.notebook, device=info,
                                  torch="fake", scale="tiny", seconds=0.01))
     return out

@@ -573,8 +573,8 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     if ref is None:
         jr = Judgement("needs re-measuring",
                        f"The article's figure is for GPUs, and no reference GPU measurement in results/ "
-                       f"has what today's rule needs: a GPU run would decide it. On your machine "
-                       f"({m.label}): {j.summary}", j.reading)
+                       f"has what today's rule needs: a GPU run would decide it. On your machine: "
+                       f"{j.summary}", j.reading)
         return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local
     machine, meta, e = ref
     rm = _entry_measurements(e, meta)
@@ -582,7 +582,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     commit = meta.get("nogradlab_commit")
     text = (f"measured on a reference machine: {rm.label} ({machine}, {meta.get('generated', '')[:10]}"
             + (f", nogradlab {commit}" if commit else "") + "), judged by today's rule")
-    summary = f"On the reference GPU ({rm.label}): {jr.summary} On your machine ({m.label}): {j.summary}"
+    summary = f"On the reference GPU: {jr.summary} On your machine: {j.summary}"
     jr = Judgement(jr.verdict, summary, f"On the reference GPU: {jr.reading}" if jr.reading else "",
                    jr.conditions)
     return jr, {"basis": "reference", "text": text, "machine": machine}, local

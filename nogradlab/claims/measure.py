@@ -494,7 +494,7 @@ def _condition_edges(name: str) -> list:
     changes its answer: 1 (faster or not: C17, X05's ties), C03's band of time saved and C20's band
     of throughput gain for the workload. The condition's rounds go on until no interval straddles
     one of them (:func:`nogradlab.timing.resolves`)."""
-    lo, hi = RULES["C03"].band
+    lo, hi = RULES["C03"].band.edges
     edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
     if name in ARTICLE_TABLE:
         a, b = ARTICLE_TABLE[name]["speed"]

@@ -23,43 +23,6 @@ from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real
 
 NOTEBOOK = "02_inside_the_engine"
 
-C07 = declare(
-    "C07", section='2', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='operators still run under no_grad but record nothing for backward',
-    figure=None,
-    rule=Rule("Holds when operators run under no_grad (same outputs) and record no graph and no "
-                "saved tensors."))
-
-C08 = declare(
-    "C08", section='2', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='what backward keeps is the largest share of GPU memory in training',
-    figure=None,
-    rule=Rule("Per workload and batch, activation bytes saved for backward are compared with "
-                "parameter + gradient + optimizer-state bytes; holds when activations are larger "
-                "everywhere, does not hold when nowhere, depends otherwise."))
-
-C09 = declare(
-    "C09", section='2', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
-    figure='~2.5x',
-    rule=Rule("Holds when largest eval+no_grad batch / largest training batch under 12 GiB, printed to "
-                "two decimals, lies in 2.0-3.0x ('about 2.5x' read as 2.5 +- 20 %); otherwise does not hold.",
-                band=(2.0, 3.0), tolerance=0.2, rounding="x2"))
-
-C10 = declare(
-    "C10", section='2', kind='historical', notebook=NOTEBOOK,
-    paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
-    figure='0.4',
-    rule=Rule("Holds when torch.no_grad exists, works, and Variable(volatile=True) is ignored with a "
-                "warning, as after the 0.4.0 migration; otherwise does not hold."))
-
-C11 = declare(
-    "C11", section='2', kind='unsourced statistic', notebook=NOTEBOOK,
-    paraphrase='more than 60 % of tutorials and framework internals use no_grad by default',
-    figure='>60 %',
-    rule=Rule("Not testable: an unsourced survey share; the mechanism (how often installed packages "
-                "use no_grad) is counted as evidence only."))
-
 
 MIGRATION_GUIDE = "https://pytorch.org/blog/pytorch-0_4_0-migration-guide/"
 
@@ -67,7 +30,15 @@ MIGRATION_GUIDE = "https://pytorch.org/blog/pytorch-0_4_0-migration-guide/"
 RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v0.4.0"
 
 
-@claim_check("C07")
+C07 = declare(
+    "C07", section='2', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='operators still run under no_grad but record nothing for backward',
+    figure=None,
+    rule=Rule("Holds when operators run under no_grad (same outputs) and record no graph and no "
+                "saved tensors."))
+
+
+@C07.measures
 def c07(ctx):
     """Operators still run (same output) but save nothing for backward: saved bytes > 0 with
     grad, 0 under no_grad (nogradlab.memory.measure)."""
@@ -90,7 +61,15 @@ def c07(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("C10")
+C10 = declare(
+    "C10", section='2', kind='historical', notebook=NOTEBOOK,
+    paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
+    figure='0.4',
+    rule=Rule("Holds when torch.no_grad exists, works, and Variable(volatile=True) is ignored with a "
+                "warning, as after the 0.4.0 migration; otherwise does not hold."))
+
+
+@C10.measures
 def c10(ctx):
     """Historical: PyTorch 0.4.0 replaced ``volatile=True`` Variables by torch.no_grad. Checked here:
     no_grad exists, and ``Variable(x, volatile=True)`` warns and has no effect."""
@@ -141,7 +120,15 @@ def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":
             "share": round(hits / len(files), 4) if files else None}
 
 
-@claim_check("C11")
+C11 = declare(
+    "C11", section='2', kind='unsourced statistic', notebook=NOTEBOOK,
+    paraphrase='more than 60 % of tutorials and framework internals use no_grad by default',
+    figure='>60 %',
+    rule=Rule("Not testable: an unsourced survey share; the mechanism (how often installed packages "
+                "use no_grad) is counted as evidence only."))
+
+
+@C11.measures
 def c11(ctx):
     """Unsourced survey figure (>60 % of tutorials and internals): not testable. The mechanism
     behind 'internals use no_grad' is shown on framework helpers that must not be recorded."""
@@ -167,6 +154,15 @@ def c11(ctx):
                f"{t.get('mentioning_no_grad')} of {t.get('files')} Python files of the installed torch "
                "mention no_grad (a different population).")
     return "not testable", summary, evidence
+
+
+C08 = declare(
+    "C08", section='2', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='what backward keeps is the largest share of GPU memory in training',
+    figure=None,
+    rule=Rule("Per workload and batch, activation bytes saved for backward are compared with "
+                "parameter + gradient + optimizer-state bytes; holds when activations are larger "
+                "everywhere, does not hold when nowhere, depends otherwise."))
 
 
 @_check("C08")
@@ -221,10 +217,21 @@ def c08(ctx):
 
 
 C09_FIGURE = 2.5
+
+
+C09 = declare(
+    "C09", section='2', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
+    figure='~2.5x',
+    rule=Rule("Holds when largest eval+no_grad batch / largest training batch under 12 GiB, printed to "
+                "two decimals, lies in 2.0-3.0x ('about 2.5x' read as 2.5 +- 20 %); otherwise does not hold.",
+                band=(2.0, 3.0), tolerance=0.2, rounding="x2"))
+
+
 C09_TOLERANCE = C09.rule.band  # "about 2.5x", read as 2.5 +- 20 %
 
 
-@claim_check("C09")
+@C09.measures
 def c09(ctx):
     """ResNet-50 (224x224, full size) under a 12 GiB budget: largest training-step batch vs
     eval+no_grad forward (the article's comparison), and grad-enabled forward vs eval+no_grad.

@@ -21,6 +21,7 @@ _ABOUT = "'about X %' is read as X +- 5 percentage points"
 
 NOTEBOOK = "03_scoping_no_grad"
 
+
 C12 = declare(
     "C12", section='3', kind='semantic+numeric', notebook=NOTEBOOK,
     paraphrase='nesting no_grad redundantly is an anti-pattern',
@@ -29,32 +30,8 @@ C12 = declare(
                 "is harmless and one nested enter+exit costs under 5 % of the workload's forward; "
                 "depends when it costs 5 % or more.", threshold=0.05))
 
-C13 = declare(
-    "C13", section='3', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
-    paraphrase='one no_grad around the whole validation loop gives about 30 % more throughput than no_grad around each call',
-    figure='~30 %',
-    rule=Rule("The survey behind it cannot be checked; the mechanism is judged: the throughput a "
-                "whole-loop scope can gain over a per-batch one, (n-1) x t(enter+exit) / t(loop), printed to "
-                f"whole %, holds when it reaches 'about 30 %' ({_ABOUT}), does not hold below; the direct "
-                "loop timing with its CI is the cross-check.",
-                band=(0.25, 0.35), rounding="pct0", tie=TIE))
 
-X03 = declare(
-    "X03", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
-    paraphrase='accumulating losses as tensors (no .item()) keeps every graph alive',
-    figure=None,
-    rule=Rule("Holds when memory retained by a loop that accumulates loss tensors grows with the number "
-                "of steps and .item() keeps it flat; otherwise does not hold."))
-
-X04 = declare(
-    "X04", section='beyond', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='torch.set_grad_enabled(flag) and torch.enable_grad() for conditional and nested use',
-    figure=None,
-    rule=Rule("Holds when set_grad_enabled(flag) and enable_grad() nest and restore as documented; "
-                "otherwise does not hold."))
-
-
-@claim_check("C12")
+@C12.measures
 def c12(ctx):
     """Redundant nesting is legal and gives the same result; entering and leaving the context costs
     microseconds (nogradlab.timing.measure) against one tiny forward."""
@@ -98,7 +75,15 @@ def c12(ctx):
                                  "forward) here: not negligible next to this forward."), evidence
 
 
-@claim_check("X03")
+X03 = declare(
+    "X03", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
+    paraphrase='accumulating losses as tensors (no .item()) keeps every graph alive',
+    figure=None,
+    rule=Rule("Holds when memory retained by a loop that accumulates loss tensors grows with the number "
+                "of steps and .item() keeps it flat; otherwise does not hold."))
+
+
+@X03.measures
 def x03(ctx):
     """``total += loss`` (a tensor) keeps every iteration's graph alive; ``loss.item()`` keeps
     nothing. Retained bytes after k iterations (nogradlab.memory.measure)."""
@@ -141,7 +126,15 @@ def x03(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("X04")
+X04 = declare(
+    "X04", section='beyond', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='torch.set_grad_enabled(flag) and torch.enable_grad() for conditional and nested use',
+    figure=None,
+    rule=Rule("Holds when set_grad_enabled(flag) and enable_grad() nest and restore as documented; "
+                "otherwise does not hold."))
+
+
+@X04.measures
 def x04(ctx):
     """set_grad_enabled(flag) switches by a value; enable_grad inside no_grad re-enables
     tracking; every exit restores the mode that was there before."""
@@ -208,6 +201,17 @@ def _val_loop(model, batches, scope: str):
         return correct
 
     return {"per_batch": per_batch, "whole_loop": whole, "nested": nested}[scope]
+
+
+C13 = declare(
+    "C13", section='3', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    paraphrase='one no_grad around the whole validation loop gives about 30 % more throughput than no_grad around each call',
+    figure='~30 %',
+    rule=Rule("The survey behind it cannot be checked; the mechanism is judged: the throughput a "
+                "whole-loop scope can gain over a per-batch one, (n-1) x t(enter+exit) / t(loop), printed to "
+                f"whole %, holds when it reaches 'about 30 %' ({_ABOUT}), does not hold below; the direct "
+                "loop timing with its CI is the cross-check.",
+                band=(0.25, 0.35), rounding="pct0", tie=TIE))
 
 
 @_check("C13")

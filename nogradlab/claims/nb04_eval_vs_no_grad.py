@@ -25,38 +25,6 @@ _ABOUT = "'about X %' is read as X +- 5 percentage points"
 
 NOTEBOOK = "04_eval_vs_no_grad"
 
-C14 = declare(
-    "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='model.eval() and no_grad are independent of each other',
-    figure=None,
-    rule=Rule("Holds when eval() changes outputs without touching grad mode and no_grad changes "
-                "tracking without touching dropout/BatchNorm behaviour (a 2x2 grid); otherwise does not hold."))
-
-C15 = declare(
-    "C15", section='4', kind='semantic', notebook=NOTEBOOK,
-    paraphrase="no_grad never changes a model's predictions",
-    figure=None,
-    rule=Rule("Holds when eval-mode outputs with and without no_grad agree within 1e-5 relative to the "
-                "output's scale and predicted classes match (bitwise equality reported beside it); does "
-                "not hold beyond that tolerance.", tolerance=1e-5))
-
-C16 = declare(
-    "C16", section='4', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
-    paraphrase='eval() alone cut metric variability by about 7 %',
-    figure='~7 %',
-    rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns "
-                "dropout off) is shown, and the share of variability it removes depends only on how "
-                "much variance dropout caused, so it is no evidence for or against 7 %."))
-
-C17 = declare(
-    "C17", section='4', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='adding no_grad to eval cut validation time by about 35 % with the same accuracy',
-    figure='~35 %',
-    rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward "
-                f"(the shared timing), against 'about 35 %' ({_ABOUT}) by its 95 % CI; does not hold if "
-                "the loop's predictions differ with no_grad.",
-                band=(0.30, 0.40), min_samples=5, tie=TIE, rounding="pct0"))
-
 
 def _bn_dropout_net(device) -> nn.Module:
     """A small classifier with BatchNorm and Dropout: the two layers train/eval changes."""
@@ -64,7 +32,15 @@ def _bn_dropout_net(device) -> nn.Module:
                          nn.Linear(32, 4)).to(device)
 
 
-@claim_check("C14")
+C14 = declare(
+    "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='model.eval() and no_grad are independent of each other',
+    figure=None,
+    rule=Rule("Holds when eval() changes outputs without touching grad mode and no_grad changes "
+                "tracking without touching dropout/BatchNorm behaviour (a 2x2 grid); otherwise does not hold."))
+
+
+@C14.measures
 def c14(ctx):
     """2x2 grid train/eval x grad/no_grad on a model with Dropout and BatchNorm: eval changes the
     outputs; no_grad changes only tracking and memory. ``evidence['grid']`` is one dict per cell."""
@@ -119,7 +95,16 @@ def c14(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("C15")
+C15 = declare(
+    "C15", section='4', kind='semantic', notebook=NOTEBOOK,
+    paraphrase="no_grad never changes a model's predictions",
+    figure=None,
+    rule=Rule("Holds when eval-mode outputs with and without no_grad agree within 1e-5 relative to the "
+                "output's scale and predicted classes match (bitwise equality reported beside it); does "
+                "not hold beyond that tolerance.", tolerance=1e-5))
+
+
+@C15.measures
 def c15(ctx):
     """Outputs with and without no_grad, eval mode: conv nets (resnet50, unet) and the
     transformer encoder, whose eval fast path is only taken when grad is off."""
@@ -180,6 +165,15 @@ def _dropout_classifier(device, seed):
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 10)).to(device)
 
 
+C16 = declare(
+    "C16", section='4', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    paraphrase='eval() alone cut metric variability by about 7 %',
+    figure='~7 %',
+    rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns "
+                "dropout off) is shown, and the share of variability it removes depends only on how "
+                "much variance dropout caused, so it is no evidence for or against 7 %."))
+
+
 @_check("C16")
 def c16(ctx):
     """Accuracy of one fixed model on one fixed data set over repeated runs (a different RNG state
@@ -227,6 +221,16 @@ def c16(ctx):
                         "mode makes dropout the identity, so dropout's share of the variability "
                         "goes to zero; BatchNorm in train mode adds batch-composition dependence."}
     return "not testable", summary, evidence
+
+
+C17 = declare(
+    "C17", section='4', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='adding no_grad to eval cut validation time by about 35 % with the same accuracy',
+    figure='~35 %',
+    rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward "
+                f"(the shared timing), against 'about 35 %' ({_ABOUT}) by its 95 % CI; does not hold if "
+                "the loop's predictions differ with no_grad.",
+                band=(0.30, 0.40), min_samples=5, tie=TIE, rounding="pct0"))
 
 
 @_check("C17")

@@ -20,41 +20,6 @@ from .searches import _quick, shared_largest_batch
 
 NOTEBOOK = "05_memory_and_speed_by_workload"
 
-C18 = declare(
-    "C18", section='5', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
-    figure='20-40 %',
-    rule=Rule("Per feed-forward workload and batch, memory saved = 1 - total peak(no_grad)/total "
-                "peak(grad forward); a condition agrees when it lies in 20-40 % (printed to whole %); "
-                "above 40 % is counted separately, not as agreement; holds if all agree, does not "
-                "hold if none, depends otherwise.", band=(0.20, 0.40), rounding="pct0"))
-
-C19 = declare(
-    "C19", section='5', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='for transformers the saving per token is smaller but grows with sequence length',
-    figure=None,
-    rule=Rule("Holds when the memory saved by no_grad grows with sequence length in every measured or "
-                "estimated series; does not hold when in none; depends otherwise."))
-
-C20 = declare(
-    "C20", section='5', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
-    figure='ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x; U-Net 35-40 % / 30-35 % / 2.0-2.3x; two-layer MLP 15-20 % / 10-15 % / 1.2-1.4x',
-    rule=Rule("Each cell of the article's table: memory and batch factor (estimates at full size, 16 GiB "
-                "virtual CUDA) must lie in the band as printed (whole %, 0.1x); speed = forward with grad "
-                "vs forward without grad (shared timing) agrees when its 95 % CI overlaps the band. Holds "
-                "if all cells agree, does not hold if none, depends otherwise; the training-step "
-                "comparison is reported beside it and does not count.",
-                band=None, rounding="pct0", tie=TIE, min_samples=5))
-
-C21 = declare(
-    "C21", section='5', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='at long sequences the memory saving can exceed 40 %',
-    figure='>40 %',
-    rule=Rule("Holds when, at the longest sequence of every series, the memory saved exceeds 40 % "
-                "(printed to whole %); does not hold when in none; depends otherwise.",
-                band=(0.40, 1.0), rounding="pct0", lower_bound=True))
-
 
 def _pairs(rows, base: str, case: str) -> list:
     """Memory saved per (seq_len, batch) from a sweep's rows."""
@@ -77,6 +42,16 @@ def _pairs(rows, base: str, case: str) -> list:
 _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the weights three times, weights, "
                      "gradients and momentum, which a learner's 1-2 GB kernel should not pay for a row that "
                      "decides nothing; pass train_step_timing=True)")
+
+
+C18 = declare(
+    "C18", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
+    figure='20-40 %',
+    rule=Rule("Per feed-forward workload and batch, memory saved = 1 - total peak(no_grad)/total "
+                "peak(grad forward); a condition agrees when it lies in 20-40 % (printed to whole %); "
+                "above 40 % is counted separately, not as agreement; holds if all agree, does not "
+                "hold if none, depends otherwise.", band=(0.20, 0.40), rounding="pct0"))
 
 
 @_check("C18")
@@ -203,6 +178,14 @@ def _grows(rows) -> bool:
     return all(b >= a for a, b in zip(s, s[1:])) and s[-1] > s[0]
 
 
+C19 = declare(
+    "C19", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='for transformers the saving per token is smaller but grows with sequence length',
+    figure=None,
+    rule=Rule("Holds when the memory saved by no_grad grows with sequence length in every measured or "
+                "estimated series; does not hold when in none; depends otherwise."))
+
+
 @_check("C19")
 def c19(ctx):
     """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
@@ -238,6 +221,15 @@ def c19(ctx):
                           "virtual CUDA runs PyTorch's math attention, which keeps L x L probabilities "
                           "for backward; fused kernels on a real GPU keep none (see the flash series)"]}
     return verdict, summary, evidence
+
+
+C21 = declare(
+    "C21", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='at long sequences the memory saving can exceed 40 %',
+    figure='>40 %',
+    rule=Rule("Holds when, at the longest sequence of every series, the memory saved exceeds 40 % "
+                "(printed to whole %); does not hold when in none; depends otherwise.",
+                band=(0.40, 1.0), rounding="pct0", lower_bound=True))
 
 
 @_check("C21")
@@ -286,6 +278,18 @@ def _signed_ci(v, lo, hi) -> str:
 
 def _fmt_band(band, kind) -> str:
     return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
+
+
+C20 = declare(
+    "C20", section='5', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
+    figure='ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x; U-Net 35-40 % / 30-35 % / 2.0-2.3x; two-layer MLP 15-20 % / 10-15 % / 1.2-1.4x',
+    rule=Rule("Each cell of the article's table: memory and batch factor (estimates at full size, 16 GiB "
+                "virtual CUDA) must lie in the band as printed (whole %, 0.1x); speed = forward with grad "
+                "vs forward without grad (shared timing) agrees when its 95 % CI overlaps the band. Holds "
+                "if all cells agree, does not hold if none, depends otherwise; the training-step "
+                "comparison is reported beside it and does not count.",
+                band=None, rounding="pct0", tie=TIE, min_samples=5))
 
 
 @_check("C20")

@@ -20,37 +20,6 @@ from .rules import RULES, Rule, TIE
 
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 
-C22 = declare(
-    "C22", section='6', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='@torch.no_grad() as a decorator covers the whole function',
-    figure=None,
-    rule=Rule("Holds when @torch.no_grad() covers the whole function, helpers, generator resumes and "
-                "the bare decorator form; depends when only plain functions are covered."))
-
-C23 = declare(
-    "C23", section='6', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='profiling shows about 28 % less time in autograd-related operators, plus about 10 % from larger batches',
-    figure='28 % / 10 %',
-    rule=Rule("Not testable for the 28 % / 10 % figures (no profiler reports 'autograd-related operator "
-                "time' in a forward); the mechanism, total operator time with grad vs without, is measured "
-                "with a 95 % CI.", tie=TIE, min_samples=5))
-
-C24 = declare(
-    "C24", section='6', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='the torch.cuda.amp.autocast() pattern nested inside no_grad',
-    figure=None,
-    rule=Rule("Holds when autocast inside no_grad gives low-precision, untracked outputs with "
-                "torch.autocast(device_type=...); a deprecation warning on the article's spelling is "
-                "reported, not counted; depends only when the article's spelling fails or does nothing "
-                "on a device where it should work; does not hold when the stacking itself fails."))
-
-C28 = declare(
-    "C28", section='FAQ', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='no_grad and autocast stack without interfering',
-    figure=None,
-    rule=Rule("Holds when no_grad outside autocast gives low-precision untracked outputs and the "
-                "reverse nesting leaves later gradients intact; depends when only the outer form is safe."))
-
 
 AUTOCAST_CACHE_ISSUES = {
     "112583": "https://github.com/pytorch/pytorch/issues/112583",
@@ -66,7 +35,15 @@ def _low_precision(device: torch.device) -> torch.dtype:
     return torch.float16 if device.type == "cuda" else torch.bfloat16
 
 
-@claim_check("C22")
+C22 = declare(
+    "C22", section='6', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='@torch.no_grad() as a decorator covers the whole function',
+    figure=None,
+    rule=Rule("Holds when @torch.no_grad() covers the whole function, helpers, generator resumes and "
+                "the bare decorator form; depends when only plain functions are covered."))
+
+
+@C22.measures
 def c22(ctx):
     """``@torch.no_grad()`` covers the whole function (also helpers it calls, and restores on
     error); generators get the mode re-applied on each resume; bare ``@torch.no_grad`` works."""
@@ -128,7 +105,17 @@ def c22(ctx):
     return "does not hold", summary, evidence
 
 
-@claim_check("C24")
+C24 = declare(
+    "C24", section='6', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='the torch.cuda.amp.autocast() pattern nested inside no_grad',
+    figure=None,
+    rule=Rule("Holds when autocast inside no_grad gives low-precision, untracked outputs with "
+                "torch.autocast(device_type=...); a deprecation warning on the article's spelling is "
+                "reported, not counted; depends only when the article's spelling fails or does nothing "
+                "on a device where it should work; does not hold when the stacking itself fails."))
+
+
+@C24.measures
 def c24(ctx):
     """The article's ``torch.cuda.amp.autocast()`` inside no_grad: that spelling is deprecated;
     ``torch.autocast(device_type=...)`` gives low-precision outputs and no graph."""
@@ -192,7 +179,15 @@ def _weight_casts(rec: _OpRecorder, shape) -> int:
     return sum(1 for n, s in rec.ops if n.startswith("_to_copy") and s == tuple(shape))
 
 
-@claim_check("C28")
+C28 = declare(
+    "C28", section='FAQ', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='no_grad and autocast stack without interfering',
+    figure=None,
+    rule=Rule("Holds when no_grad outside autocast gives low-precision untracked outputs and the "
+                "reverse nesting leaves later gradients intact; depends when only the outer form is safe."))
+
+
+@C28.measures
 def c28(ctx):
     """Outer no_grad + inner autocast is safe for inference. Reverse nesting (autocast outside, a
     no_grad forward then a grad forward in the same region, where the autocast weight-cast cache
@@ -279,6 +274,15 @@ def _profile(fn, repeats: int) -> dict:
             "autograd_events": sorted({e.key for e in auto})[:20],
             "top_ops": [(e.key, int(e.count), float(e.self_cpu_time_total))
                         for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:8]]}
+
+
+C23 = declare(
+    "C23", section='6', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='profiling shows about 28 % less time in autograd-related operators, plus about 10 % from larger batches',
+    figure='28 % / 10 %',
+    rule=Rule("Not testable for the 28 % / 10 % figures (no profiler reports 'autograd-related operator "
+                "time' in a forward); the mechanism, total operator time with grad vs without, is measured "
+                "with a 95 % CI.", tie=TIE, min_samples=5))
 
 
 @_check("C23")

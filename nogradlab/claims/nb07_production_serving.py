@@ -19,13 +19,6 @@ from .searches import _quick
 
 NOTEBOOK = "07_production_serving"
 
-C25 = declare(
-    "C25", section='7', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
-    paraphrase='87 % of serving projects wrap endpoints in no_grad; those without are 2.1x likelier to hit memory limits',
-    figure='87 % / 2.1x',
-    rule=Rule("Not testable: '87 %' and '2.1x' are unsourced survey figures; the mechanism (memory "
-                "kept per request with and without no_grad, under several concurrent clients and when "
-                "outputs are kept) is measured on a loopback server."))
 
 C26 = declare(
     "C26", section='7', kind='semantic', notebook=NOTEBOOK,
@@ -35,15 +28,8 @@ C26 = declare(
                 "covers only the handler's own thread (workers must enter it themselves); does not hold "
                 "when the handler's own call is tracked."))
 
-X02 = declare(
-    "X02", section='beyond', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='grad mode is thread-local: thread pools and worker threads do not inherit it',
-    figure=None,
-    rule=Rule("Holds when a thread or pool worker started under no_grad runs with grad enabled "
-                "(grad mode is thread-local); otherwise does not hold."))
 
-
-@claim_check("C26")
+@C26.measures
 def c26(ctx):
     """no_grad around the whole handler covers its own thread only: a handler that hands the model
     call to a thread pool gets a tracked output unless the worker sets the mode itself."""
@@ -80,7 +66,15 @@ def c26(ctx):
     return "holds", summary, evidence
 
 
-@claim_check("X02")
+X02 = declare(
+    "X02", section='beyond', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='grad mode is thread-local: thread pools and worker threads do not inherit it',
+    figure=None,
+    rule=Rule("Holds when a thread or pool worker started under no_grad runs with grad enabled "
+                "(grad mode is thread-local); otherwise does not hold."))
+
+
+@X02.measures
 def x02(ctx):
     """Grad mode is thread-local: a thread started inside no_grad computes with grad on, and a
     thread switching grad off does not affect the main thread."""
@@ -104,7 +98,16 @@ def x02(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("C25")
+C25 = declare(
+    "C25", section='7', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    paraphrase='87 % of serving projects wrap endpoints in no_grad; those without are 2.1x likelier to hit memory limits',
+    figure='87 % / 2.1x',
+    rule=Rule("Not testable: '87 %' and '2.1x' are unsourced survey figures; the mechanism (memory "
+                "kept per request with and without no_grad, under several concurrent clients and when "
+                "outputs are kept) is measured on a loopback server."))
+
+
+@C25.measures
 def c25(ctx):
     """The survey figures (87 % / 2.1x) have no source: not testable. The mechanism is tested on a
     real Tornado server on 127.0.0.1: memory per request without no_grad, with no_grad, when the

@@ -17,6 +17,7 @@ from .rules import Rule
 
 NOTEBOOK = "08_faq"
 
+
 C27 = declare(
     "C27", section='FAQ', kind='semantic', notebook=NOTEBOOK,
     paraphrase='do not use no_grad where backward is needed, e.g. gradient penalties or adversarial attacks',
@@ -24,22 +25,8 @@ C27 = declare(
     rule=Rule("Holds when a gradient penalty or adversarial step computed under no_grad has no "
                 "gradient (and works without it); otherwise does not hold."))
 
-C29 = declare(
-    "C29", section='FAQ', kind='semantic+numeric', notebook=NOTEBOOK,
-    paraphrase='no_grad removes activation storage but not parameters or optimizer state',
-    figure=None,
-    rule=Rule("Holds when no_grad leaves parameters, their .grad and optimizer state byte-identical "
-                "while removing activation storage; otherwise does not hold."))
 
-C30 = declare(
-    "C30", section='FAQ', kind='semantic', notebook=NOTEBOOK,
-    paraphrase='factory functions called with requires_grad=True inside no_grad still create tracking leaves',
-    figure=None,
-    rule=Rule("Holds when a factory call with requires_grad=True inside no_grad creates a leaf that "
-                "requires grad; otherwise does not hold."))
-
-
-@claim_check("C27")
+@C27.measures
 def c27(ctx):
     """A penalty computed under no_grad changes the loss value but not the gradient, and
     autograd.grad through it (or through an input-gradient penalty) raises."""
@@ -82,7 +69,15 @@ def c27(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("C29")
+C29 = declare(
+    "C29", section='FAQ', kind='semantic+numeric', notebook=NOTEBOOK,
+    paraphrase='no_grad removes activation storage but not parameters or optimizer state',
+    figure=None,
+    rule=Rule("Holds when no_grad leaves parameters, their .grad and optimizer state byte-identical "
+                "while removing activation storage; otherwise does not hold."))
+
+
+@C29.measures
 def c29(ctx):
     """no_grad removes the activations saved for backward, not parameters or optimizer state; and
     a forward pass never stores .grad in either mode."""
@@ -133,7 +128,15 @@ def c29(ctx):
     return ("holds" if ok else "does not hold"), summary, evidence
 
 
-@claim_check("C30")
+C30 = declare(
+    "C30", section='FAQ', kind='semantic', notebook=NOTEBOOK,
+    paraphrase='factory functions called with requires_grad=True inside no_grad still create tracking leaves',
+    figure=None,
+    rule=Rule("Holds when a factory call with requires_grad=True inside no_grad creates a leaf that "
+                "requires grad; otherwise does not hold."))
+
+
+@C30.measures
 def c30(ctx):
     """torch.ones(..., requires_grad=True) inside no_grad is a tracking leaf; ops on it inside the
     block are untracked; outside, it backpropagates."""

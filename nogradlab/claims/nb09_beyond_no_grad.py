@@ -17,6 +17,7 @@ from .rules import RULES, Rule, TIE
 
 NOTEBOOK = "09_beyond_no_grad"
 
+
 X01 = declare(
     "X01", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
     paraphrase='torch.inference_mode skips more than no_grad (version counters, view tracking), and its tensors cannot be saved for backward later',
@@ -24,17 +25,8 @@ X01 = declare(
     rule=Rule("Holds when inference_mode tensors skip version counting and cannot be saved for a later "
                 "backward, as documented; otherwise does not hold."))
 
-X05 = declare(
-    "X05", section='beyond', kind='numeric', notebook=NOTEBOOK,
-    paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
-    figure=None,
-    rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode) with 95 % "
-                "CIs; a lever beats plain no_grad only when its CI lies wholly above no_grad's (overlap "
-                "is a tie) and it is at least 5 % faster. Holds when a lever beats no_grad in every "
-                "condition, does not hold in none, depends otherwise.", threshold=0.05, min_samples=5, tie=TIE))
 
-
-@claim_check("X01")
+@X01.measures
 def x01(ctx):
     """inference_mode: no version counter, no view tracking, a measured gain over no_grad
     (nogradlab.timing.compare), and inference tensors cannot be saved for backward."""
@@ -112,6 +104,16 @@ def _compiled_timing(ctx, name, batch) -> tuple:
             del model, x
 
     return timing.shared(key, make)
+
+
+X05 = declare(
+    "X05", section='beyond', kind='numeric', notebook=NOTEBOOK,
+    paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
+    figure=None,
+    rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode) with 95 % "
+                "CIs; a lever beats plain no_grad only when its CI lies wholly above no_grad's (overlap "
+                "is a tie) and it is at least 5 % faster. Holds when a lever beats no_grad in every "
+                "condition, does not hold in none, depends otherwise.", threshold=0.05, min_samples=5, tie=TIE))
 
 
 @_check("X05")

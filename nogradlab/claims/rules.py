@@ -233,3 +233,44 @@ def digest(claim_id: "str | None" = None) -> str:
     another rule has another fingerprint."""
     text = RULES[claim_id].text if claim_id else "\n".join(f"{k}: {r.text}" for k, r in sorted(RULES.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS) -> tuple:
+    """``(verdict, rows)`` for conditions read against ``band``.
+
+    ``items`` are ``(name, point, ci_low, ci_high, rounds)``; ``ci_low``/``ci_high`` None for an exact
+    value (bytes, an estimate), ``rounds`` the paired timing rounds behind the interval (None when
+    untimed). A timed condition with fewer than ``min_rounds`` rounds is unresolved whatever its
+    interval says (a bootstrap over so few rounds is degenerate). Each row: ``condition``,
+    ``value``, ``ci``, ``reading``, ``rounds``, ``rounds_to_decide`` (an unresolved timed condition's
+    estimate, see :func:`rounds_to_decide`)."""
+    rows = []
+    for name, p, lo, hi, n in items:
+        if n is not None and lo is not None and n < min_rounds:
+            r, more = "unresolved", min_rounds
+        else:
+            r = band.read(p, lo, hi)
+            more = (rounds_to_decide(p, lo, hi, band.edges, n)
+                    if r == "unresolved" and n and lo is not None else None)
+        rows.append({"condition": name, "value": p, "ci": None if lo is None else [lo, hi], "reading": r,
+                     "rounds": n, "rounds_to_decide": more})
+    return verdict_of(r["reading"] for r in rows), rows
+
+
+def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
+    """``agree: a (23 %), ...; disagree: ...; unresolved: ...`` with how many rounds would decide."""
+    parts = []
+    for word, key in (("agree", "agrees"), ("disagree", "disagrees"), ("unresolved", "unresolved")):
+        names = [f"{r['condition']} ({fmt(r['value'])})" for r in rows if r["reading"] == key]
+        if names:
+            parts.append(f"{word}: {', '.join(names)}")
+    text = "; ".join(parts)
+    open_ = [r for r in rows if r["reading"] == "unresolved"]
+    if open_:
+        more = [r["rounds_to_decide"] for r in open_ if r["rounds_to_decide"]]
+        if more:
+            text += (f" (their intervals straddle a band edge; about {max(more)} timing rounds per case "
+                     f"would decide {'them' if len(open_) > 1 else 'it'}, where {max(r['rounds'] or 0 for r in open_)} were run)")
+        else:
+            text += " (their intervals straddle a band edge and their point lies on it, or they are exact values on an edge)"
+    return text
