@@ -14,10 +14,10 @@ from .. import memory
 from .. import modes
 from .. import workloads
 from .rules import band_verdict
-from . import Judgement, claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .measure import (_check, _knobs, _names, _pct_ci, _samples_note, _speed_batches, _wide_note, forward_condition)
 from .probes import _in_new_thread, _tracking, _workload
-from .rules import MIN_BOOTSTRAP_ROUNDS, RULES, TIE, Band, Rule, read_conditions, readings_text
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import (GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch)
 
 NOTEBOOK = "01_what_no_grad_does"

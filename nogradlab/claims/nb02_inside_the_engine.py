@@ -15,10 +15,10 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .measure import _batches, _check, estimate_row, param_bytes
 from .probes import _max_abs_diff, _tracking, _workload
-from .rules import RULES, Rule
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches)
 
 NOTEBOOK = "02_inside_the_engine"

@@ -11,10 +11,10 @@ from .. import memory
 from .. import timing
 from .. import workloads
 from .rules import band_verdict
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from .probes import _workload
-from .rules import RULES, Rule, TIE
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"

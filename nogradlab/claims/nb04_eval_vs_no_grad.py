@@ -15,10 +15,10 @@ from .. import memory
 from .. import modes
 from .. import workloads
 from .rules import band_verdict
-from . import claim_check, declare, format_saved
+from . import Judgement, NeedsRemeasuring, claim_check, declare, format_saved
 from .measure import _build, _check, _pct, _pct_ci, _samples_note, _speed_batch, _wide_note, forward_condition
 from .probes import _OpRecorder, _max_abs_diff, _tracking
-from .rules import RULES, Rule, TIE
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"

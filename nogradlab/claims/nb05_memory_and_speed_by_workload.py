@@ -13,9 +13,9 @@ import torch
 from .. import timing
 from .. import workloads
 from .rules import band_verdict
-from . import declare
+from . import Judgement, NeedsRemeasuring, declare
 from .measure import (ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, _wide_note, accounting, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
-from .rules import RULES, Rule, TIE, in_band
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, in_band, read_conditions, readings_text, verdict_of
 from .searches import _quick, shared_largest_batch
 
 NOTEBOOK = "05_memory_and_speed_by_workload"

@@ -13,10 +13,10 @@ import torch.nn as nn
 
 from .. import modes
 from .. import timing
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .measure import _build, _check, _forward_fn, _train_fn
 from .probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
-from .rules import RULES, Rule, TIE
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 

@@ -12,9 +12,9 @@ import torch
 from .. import memory
 from .. import serving
 from .. import workloads
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .probes import _in_new_thread, _tracking, _workload
-from .rules import Rule
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick
 
 NOTEBOOK = "07_production_serving"

@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from .. import memory
 from .. import modes
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .probes import _error_text, _max_abs_diff, _tracking, _workload
-from .rules import Rule
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
 
 NOTEBOOK = "08_faq"
 

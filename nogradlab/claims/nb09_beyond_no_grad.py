@@ -10,10 +10,10 @@ import torch
 from .. import modes
 from .. import timing
 from .. import workloads
-from . import claim_check, declare
+from . import Judgement, NeedsRemeasuring, claim_check, declare
 from .measure import (_beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tiers, _torch_threads, forward_condition)
 from .probes import _error_text, _workload
-from .rules import RULES, Rule, TIE
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 
 NOTEBOOK = "09_beyond_no_grad"
 
