@@ -46,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--ids", default=None, help="comma-separated claim ids (default all), e.g. C01,C02")
     c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     c.add_argument("--results", default=None,
-                   help="show reference runs from this folder beside the verdicts (default: none)")
+                   help="reference runs shown beside the verdicts, judged by today's rules "
+                        "(default results/ when it exists; --no-results for none)")
+    c.add_argument("--no-results", action="store_true", help="show no reference columns")
     e = sub.add_parser("estimate", help="your own model: GPU memory per mode, the largest batch and the "
                                         "no_grad factor, on a virtual CUDA device (no GPU needed)")
     e.add_argument("model", metavar="MODULE:FACTORY",
@@ -114,7 +116,13 @@ def main(argv=None) -> int:
             return 130 if meta.get("interrupted") else 1
         doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=not args.no_progress,
                                   command=command)
-        refs = report.load_references(args.results) if args.results else []
+        if args.no_results:
+            refs = []
+        elif args.results:
+            refs = report.load_references(args.results)
+        else:
+            default = runner.default_dir("results")
+            refs = report.load_references(default) if default.is_dir() else []
         print(report.terminal_table(doc, refs, color=color))
         if args.json:
             try:

@@ -104,6 +104,14 @@ class BatchResult:
         """True when every batch up to ``max_batch`` fitted (the real limit may be larger)."""
         return any(n.startswith(_AT_LIMIT) for n in self.notes)
 
+    capped = at_limit
+
+    @property
+    def answer(self) -> str:
+        """The batch as a reader should read it: ``"152448"``, or ``">= 65536 (search limit)"`` when
+        every batch up to the search's limit fitted (then it is a lower bound, not the answer)."""
+        return f">= {self.batch} (search limit)" if self.at_limit else str(self.batch)
+
     def bytes_at(self, batch: int) -> "int | None":
         for b, _, n in self.trials:
             if b == batch:
@@ -118,13 +126,16 @@ class BatchResult:
     def __str__(self) -> str:
         alloc = f", {self.allocator} allocator" if self.allocator else ""
         scale = f" ({self.scale})" if self.scale else ""
-        limit = " (AT THE SEARCH LIMIT max_batch: the real largest batch may be larger)" if self.at_limit else ""
-        return (f"{self.workload}{scale} {self.mode}: largest batch {self.batch}{limit} under "
+        limit = (" (every batch up to the search limit max_batch fitted: the real largest batch may be larger)"
+                 if self.at_limit else "")
+        return (f"{self.workload}{scale} {self.mode}: largest batch {self.answer}{limit} under "
                 f"{_memory.format_bytes(self.budget_bytes)} on {self.device} [{self.method}{alloc}, "
                 f"{len(self.trials)} trials, {self.seconds:.1f} s]")
 
 
 _AT_LIMIT = "every batch up to max_batch="  # the note of a search capped by max_batch
+#: a real search's default limit (each trial runs the step on the GPU)
+REAL_MAX_BATCH = 65536
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,7 +581,8 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, numbers.Real) \
             or not budget_bytes >= 1 or math.isinf(budget_bytes):
         raise ValueError(f"budget_bytes must be a positive, finite number of bytes, at least 1, got {budget_bytes!r}")
-    _workloads.check_batch(max_batch, "max_batch")  # also: no larger than workloads.MAX_BATCH
+    if max_batch is not None:
+        _workloads.check_batch(max_batch, "max_batch")  # also: no larger than workloads.MAX_BATCH
     if start != "auto":
         _workloads.check_batch(start, "start (or 'auto')")
     wl = _ownmodel.resolve(workload, scale, inputs)
@@ -606,7 +618,7 @@ def _validate(workload, mode, budget_bytes, device, scale, method, max_batch, st
 
 @_device.leaves_rng_alone  # a real search builds the model on the device: the caller's RNG stays as it was
 def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, scale: str = "full",
-                  method: str = "auto", max_batch: int = 65536, progress: bool = False,
+                  method: str = "auto", max_batch: "int | None" = None, progress: bool = False,
                   start="auto", hint: "int | None" = None, allocator: "str | None" = None,
                   held_bytes: int = 0, inputs=None) -> BatchResult:
     """The largest batch of ``workload`` (at ``scale``) whose step in ``mode`` fits in
@@ -625,9 +637,16 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     starts from (1: plain doubling). ``hint``: with ``"auto"``, a batch believed near the answer
     (another mode's, say), used instead of batch 2 for the guess. The answer is exact either way;
     these only change the number of trials. ``progress`` shows a bar of trials.
+
+    ``max_batch``: the search's limit. By default an estimate (cheap: fake tensors, whatever the
+    batch) searches up to :data:`nogradlab.workloads.MAX_BATCH` and a real search up to
+    :data:`REAL_MAX_BATCH`. A search that reaches its limit says so (``at_limit``; ``str()`` and
+    ``answer`` read ">= N (search limit)"): N is then a lower bound, not the answer.
     """
     wl, dev, virtual, method = _validate(workload, mode, budget_bytes, device, scale, method,
                                          max_batch, start, allocator, held_bytes, inputs)
+    if max_batch is None:
+        max_batch = _workloads.MAX_BATCH if method == "estimate" else REAL_MAX_BATCH
     own = isinstance(wl, _ownmodel.Model)
     key = wl if own else wl.name  # the estimate caches key on the model object itself
     scale = "" if own else scale

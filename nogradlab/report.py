@@ -34,14 +34,15 @@ from . import outdir as _outdir
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
-           "render_html", "write_html", "charts", "color_default", "cell_name", "older_rule", "merge_docs",
+           "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
            "git_commit"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
-COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
-           "not testable": "#57606a", NOT_RUN: "#8250df"}
-_ANSI = {"holds": "32", "does not hold": "31", "depends": "33", "not testable": "90", NOT_RUN: "35;1"}
+COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700", "inconclusive": "#8250df",
+           "not testable": "#57606a", "needs re-measuring": "#6e7781", NOT_RUN: "#bf3989"}
+_ANSI = {"holds": "32", "does not hold": "31", "depends": "33", "inconclusive": "35", "not testable": "90",
+         "needs re-measuring": "90;3", NOT_RUN: "35;1"}
 
 
 # --------------------------------------------------------------------------- claims.json
@@ -87,7 +88,7 @@ def machine_slug(info: dict) -> str:
 def missing_entry(claim, reason: str) -> dict:
     """The claims.json entry of a claim without a verdict (``reason`` says why)."""
     return {"id": claim.id, "section": claim.section, "paraphrase": claim.paraphrase, "kind": claim.kind,
-            "figure": claim.figure, "verdict": None, "summary": reason, "evidence": {}, "device": {},
+            "figure": claim.figure, "verdict": None, "summary": reason, "measurements": {}, "scope": {}, "device": {},
             "torch": "", "scale": "", "notebook": "", "seconds": 0.0, "error": reason,
             "rule": _claims.rule(claim.id)}
 
@@ -97,7 +98,10 @@ def _entry(result) -> dict:
 
     d = dict(result.to_dict() if hasattr(result, "to_dict") else result)
     d.setdefault("error", None)
-    d.setdefault("evidence", {})
+    if "measurements" not in d:
+        d["measurements"] = d.pop("evidence", None) or {}
+    d.pop("evidence", None)
+    d.setdefault("scope", {})
     if not d.get("rule"):  # made in this run, by this code: its rule is this code's
         d["rule"] = _claims.rule(d["id"])
     d["rule_digest"] = _rules.digest(d["id"]) if d["rule"] == _claims.rule(d["id"]) else _digest_text(d["rule"])
@@ -108,14 +112,6 @@ def _digest_text(text: str) -> str:
     import hashlib
 
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def older_rule(ref_claim: dict) -> bool:
-    """Whether a reference entry was judged by another rule than this code's (no rule recorded, or
-    a different sentence, or a claim this code does not know)."""
-    if ref_claim.get("id") not in _claims.ids():
-        return True
-    return (ref_claim.get("rule") or "") != _claims.rule(ref_claim["id"])
 
 
 def build_doc(results, *, source: str, device="auto", scale: str = "auto", notebooks=(),
@@ -159,7 +155,7 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
     from .claims import rules as _rules
 
     commit = git_commit()
-    meta = {"schema_version": 2, "rules_digest": _rules.digest(), **({"nogradlab_commit": commit} if commit else {}),
+    meta = {"schema_version": 3, "rules_digest": _rules.digest(), **({"nogradlab_commit": commit} if commit else {}),
             "generated": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             "source": source, "command": command, "device": info, "device_label": _device.label(info),
             "machine": machine_slug(info), "torch": torch.__version__, "scale": scale,
@@ -271,13 +267,28 @@ def _reference(p: Path) -> dict:
     return doc
 
 
+def rejudged(doc: dict) -> dict:
+    """``doc`` with every entry judged again by today's rules (:func:`nogradlab.claims.judge_entry`):
+    a stored verdict is never shown as it is; an entry that lacks what today's rule reads becomes
+    "needs re-measuring". ``meta['judged_by']`` records the rules' fingerprint."""
+    from .claims import rules as _rules
+
+    meta = dict(doc["meta"])
+    entries = [_claims.judge_entry(c, meta) for c in doc["claims"]]
+    words = [verdict_word(e["verdict"]) for e in entries]
+    meta["counts"] = {w: words.count(w) for w in COLOURS if w in words}
+    meta["judged_by"] = _rules.digest()
+    return {"meta": meta, "claims": entries}
+
+
 def load_references(results_dir, exclude=None) -> list:
     """``[(folder name, doc)]`` for every valid ``results_dir/*/claims.json`` (sorted by folder).
 
     ``exclude`` is a path not to list (the run itself). A file that cannot be shown (unreadable, not
     the schema, an unknown claim id, nested too deeply, not a regular file) is skipped with a one-line
     warning on stderr naming it and the reason, rather than breaking the report; so is a
-    ``results_dir`` that does not exist.
+    ``results_dir`` that does not exist. Every reference is judged again by today's rules
+    (:func:`rejudged`).
     """
     out = []
     root = Path(results_dir) if results_dir else None
@@ -292,7 +303,7 @@ def load_references(results_dir, exclude=None) -> list:
         if skip is not None and p.resolve() == skip:
             continue
         try:
-            out.append((p.parent.name, _reference(p)))
+            out.append((p.parent.name, rejudged(_reference(p))))
         except (ValueError, OSError) as e:
             reason = " ".join(str(e).split())
             print(f"warning: skipping reference {p}: {reason[:300]}", file=sys.stderr)
@@ -343,9 +354,12 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
                  f"{counts}")
     for i, (name, r) in enumerate(refs, 1):
-        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") is not None and older_rule(rc))
-        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}"
-                     + (f" (older rule: {n_old} verdict(s) judged by another rule than this run's)" if n_old else ""))
+        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") == "needs re-measuring")
+        commit = r["meta"].get("nogradlab_commit")
+        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
+                     f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else "")
+                     + "; judged by today's rules"
+                     + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else ""))
     return "\n".join(lines)
 
 
@@ -582,11 +596,10 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     head = ("<tr><th>id</th><th>§</th><th>claim (paraphrased)</th><th>article's figure</th>"
             "<th>verdict<br><span class='small'>this run</span></th><th>measured (this run)</th>")
     for name, r in refs:
-        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") is not None and older_rule(rc))
-        old = (f"<br><span class='small older-rule' title='{n_old} verdict(s) of this column were made by a "
-               f"rule other than this run&#39;s'>older rule ({n_old})</span>" if n_old else "")
+        commit = r["meta"].get("nogradlab_commit")
+        when = (f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else ""))
         head += (f"<th title='{_e(r['meta']['device_label'])}'>{_e(_short(r))}<br>"
-                 f"<span class='small'>{_e(name)}</span>{old}</th>")
+                 f"<span class='small'>{_e(name)}, {_e(when)}; judged by today&#39;s rules</span></th>")
     head += "</tr>"
     rows = []
     for c in doc["claims"]:
@@ -607,21 +620,21 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
                 row += f"<td>{_badge(NOT_RUN)}</td>"
             else:
                 differs = "" if rc["verdict"] == c["verdict"] else " <span title='differs from this run'>≠</span>"
-                old = (" <span class='small older-rule' title='judged by a rule other than this run&#39;s'>"
-                       "older rule</span>" if rc.get("verdict") is not None and older_rule(rc) else "")
-                rule = (f"<br><span class='small'><i>its rule:</i> {_e(rc['rule'])}</span>" if rc.get("rule") and old
-                        else "<br><span class='small'><i>its rule:</i> not recorded</span>" if old else "")
-                row += (f"<td data-older-rule='{'1' if old else '0'}'><details><summary>"
-                        f"{_badge(verdict_word(rc['verdict']))}{differs}{old}</summary>"
-                        f"<span class='small'>{_e(rc['summary'])}</span>{rule}</details></td>")
+                was = rc.get("stored_verdict")
+                was = (f"<br><span class='small stored-verdict'>stored verdict, by the rule of its day: "
+                       f"{_e(verdict_word(was))}</span>" if was is not None and was != rc["verdict"] else "")
+                row += (f"<td data-needs-remeasuring='{'1' if rc['verdict'] == 'needs re-measuring' else '0'}'>"
+                        f"<details><summary>{_badge(verdict_word(rc['verdict']))}{differs}</summary>"
+                        f"<span class='small'>{_e(rc['summary'])}</span>{was}</details></td>")
         rows.append(row + "</tr>")
     parts.append("<h2 id='verdicts'>Verdicts</h2><p class='small'>holds / does not hold / depends (true "
-                 "under some measured conditions, the summary says which) / not testable (an unsourced "
-                 "statistic; its mechanism is tested where possible). Each verdict follows the rule printed "
-                 "under its measurement. Reference columns are the same checks run on other hardware "
-                 "(results/); click a verdict for its measurement. A reference marked <i>older rule</i> was "
-                 "judged by another version of the rule than this run's (or before rules were recorded): "
-                 "compare its numbers, not only its verdict.</p>")
+                 "under some measured conditions, false under others: the summary says which) / inconclusive "
+                 "(some intervals straddle a band edge: the summary says how many more rounds would decide) / "
+                 "not testable (an unsourced statistic; its mechanism is tested where possible) / needs "
+                 "re-measuring (a stored column lacks what today's rule reads). Each verdict follows the rule "
+                 "printed under its measurement and names its evidence. Reference columns are the same checks "
+                 "run on other hardware (results/), their stored measurements judged again by today's rules; "
+                 "click a verdict for its measurement.</p>")
     parts.append(f"<table id='verdict-table'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
 
     # charts

@@ -228,7 +228,6 @@ def test_issue17_finding4_unreadable_or_unknown_references_are_skipped_with_a_re
     assert "not a regular file" in why["fifo"] and "not a regular file" in why["folder"]
     assert "not UTF-8" in why["binary"]
     report.terminal_table(fake_doc(), [("m", unknown)])  # and a caller's own such reference does not crash it
-    assert report.older_rule({"id": "C99", "rule": "x"})
 
 
 def test_issue17_finding10_a_misspelled_results_folder_is_warned_about(tmp_path, capsys):

@@ -483,10 +483,10 @@ def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
     return {"basis": "measured", "text": _where_text(m)}
 
 
-def _judge(claim: Claim, m: Measurements) -> Judgement:
+def _judge(claim: Claim, m: Measurements, ref: "Measurements | None" = None) -> Judgement:
     if claim.judge is None:
         raise NotImplementedError(f"claim {claim.id} has no judge registered")
-    j = claim.judge(m, claim.rule)
+    j = claim.judge(m, claim.rule, ref) if claim.basis == "mixed" else claim.judge(m, claim.rule)
     if not isinstance(j, Judgement):
         raise TypeError(f"the judge of {claim.id} returned {type(j).__name__}, not a Judgement")
     if j.verdict not in VERDICTS:
@@ -566,8 +566,20 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     """(judgement, scope, local) for measurements ``m``: a GPU speed claim measured off a GPU takes
     its verdict from the reference GPU's measurements, ``m``'s judgement kept as ``local``."""
     j = _judge_or_needs(claim, m) if m.values else _needs(claim, m, "no measurements")
-    if claim.basis != "gpu speed" or m.on_gpu:
+    if claim.basis not in ("gpu speed", "mixed") or m.on_gpu or not m.values:
         return j, _scope(claim, m, j), None
+    if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
+        ref = reference_entry(claim.id)
+        rm = _entry_measurements(ref[2], ref[1]) if ref else None
+        try:
+            jm = _judge(claim, m, rm)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+            return _needs(claim, m, f"{type(e).__name__}: {e}"), _scope(claim, m, j), None
+        text = (f"memory and batch: estimated for a GPU at full size by {ESTIMATE_VALIDATION}; speed: "
+                + (f"measured on a reference machine, {rm.label} ({ref[0]}), judged by today's rule"
+                   if rm is not None else "no reference GPU measurement usable by today's rule")
+                + f"; this machine's own timings ({m.label}) shown, not counted")
+        return jm, {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}, None
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
     ref = reference_entry(claim.id)
     if ref is None:
@@ -621,10 +633,11 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
         raise TypeError(f"the check of {claim_id} returned {type(values).__name__}, not a dict of measurements")
     info = _device.describe(dev)
     m = Measurements(values, info, scale, torch.__version__)
-    j = legacy or _judge(claim, m)  # a judge that cannot read fresh measurements is a bug: let it raise
+    # a judge that cannot read fresh measurements is a bug: let it raise
+    j = legacy or (_judge(claim, m) if claim.basis != "mixed" else _judge(claim, m, None))
     if legacy is not None:
         scope, local = _scope(claim, m, j), None
-    elif claim.basis == "gpu speed" and not m.on_gpu:
+    elif claim.basis in ("gpu speed", "mixed") and not m.on_gpu:
         j, scope, local = _final(claim, m)
     else:
         scope, local = _scope(claim, m, j), None

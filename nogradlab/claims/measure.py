@@ -1,8 +1,7 @@
-"""Checks of the numeric claims: how much time and memory ``torch.no_grad`` saves, per workload.
+"""Shared measurements of the numeric claims: one timing per condition, memory estimates, knobs.
 
-Covered: C03 C08 C13 C16 C17 C18 C19 C20 C21 C23 X05.
-
-Conventions (every figure in the evidence says which it is):
+The checks themselves live in the notebooks' modules (``nb01_what_no_grad_does.py`` ...); what
+several of them read is measured here, once:
 
 * **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
   once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
@@ -10,29 +9,21 @@ Conventions (every figure in the evidence says which it is):
   recorded) and read by C03, C17, C20 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
-* **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI).
-  "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The article's "relative speed
-  gain" (C20's table) and "more throughput" (C13) are read as a *throughput* gain,
-  ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
+* **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI over
+  at least 10 rounds). "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The
+  article's "relative speed gain" (C20's table) and "more throughput" (C13) are read as a
+  *throughput* gain, ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
 * **Memory.** "Saved" is ``1 - peak(case) / peak(baseline)`` of *total* peaks: weights, buffers
-  and inputs (what the device holds anyway) plus everything the step allocates. The baseline is
-  named per claim: a grad-enabled forward in the same model mode (C18, C19, C21) or a training
-  step (C20, the article's "training versus evaluation with no_grad"). Real tiny runs use
+  and inputs (what the device holds anyway) plus everything the step allocates. Real tiny runs use
   :func:`nogradlab.memory.measure`; article-sized models use :func:`nogradlab.memory.estimate`
-  on fake tensors (a virtual CUDA device; training steps fall back to the fake CPU device with
-  CUDA's block rounding, a note says so).
-* **Transformer memory.** ``nn.TransformerEncoder``'s fused inference fast path runs a whole layer
-  inside one operator, whose temporaries no dispatch-level tracker can see; memory is therefore
-  measured with the fast path off (:func:`accounting`), so the no_grad peak is not understated.
-  On a virtual CUDA device attention runs PyTorch's *math* backend (the fused kernels need a real
-  GPU to be selected), which keeps the L x L attention probabilities for backward; the fused-
-  attention variant (the CPU flash kernel, which keeps none) is given beside it.
-* **Verdicts** follow the rules in :mod:`nogradlab.claims.rules` (band, rounding, tolerance,
-  threshold, ties), against the article's band via :func:`nogradlab.claims.band_verdict`, one
-  (point, CI low, CI high) per measured condition, rounded as printed. A claim worded as a lower bound ("cuts by
-  20-40 %", "can exceed 40 %") agrees when the value reaches the band or lies above it; the
-  cells of C20's table are figures to reproduce, so there a value must overlap the band itself.
-  "About X %" is read as the band [X - 5, X + 5] percentage points.
+  on fake tensors on a virtual CUDA device, with the kernels the CUDA dispatcher would pick
+  (:mod:`nogradlab.cudamodel`: fused scaled-dot-product attention, the transformer's fused fast
+  path, cuBLAS workspaces); each estimate's own notes say what it modelled.
+* **Transformer memory on real CPU runs.** ``nn.TransformerEncoder``'s fused inference fast path
+  runs a whole layer inside one operator, whose temporaries a dispatch-level tracker cannot see;
+  real measurements and fake-CPU estimates therefore switch it off (:func:`accounting`), CUDA
+  estimates do not (the kernel model accounts for it).
+* **Verdicts** are the judges' (:mod:`nogradlab.claims.rules`: one reading of a band).
 
 At ``scale="tiny"`` on a CPU the checks run single-threaded (on a shared two-core machine a second
 OpenMP thread mostly measures the neighbours: calls get several times slower and noisier; bytes
@@ -272,7 +263,8 @@ def _estimate_cached(name, scale, batch, setting, device, seq_len):
     wl = workloads.get(name, scale)
     if seq_len is not None:
         wl = with_seq_len(wl, seq_len)
-    with accounting():
+    # CUDA estimates model the fused fast path's kernel (cudamodel); elsewhere it would hide temporaries
+    with (accounting() if str(device) != "cuda" else _batch.frozen_gc()):
         if setting == "train":
             r = memory.estimate(wl, batch, device, step="train", scale=scale)
         else:
@@ -283,7 +275,7 @@ def _estimate_cached(name, scale, batch, setting, device, seq_len):
 def estimate_row(workload: str, batch: int, setting: str, *, device="cuda", scale="full",
                  seq_len: "int | None" = None) -> dict:
     """One :func:`nogradlab.memory.estimate` as a dict (``setting``: ``"train"`` for a training
-    step, else a forward setting such as ``"eval+no_grad"``), under :func:`accounting`.
+    step, else a forward setting such as ``"eval+no_grad"``); off CUDA under :func:`accounting` (CUDA estimates model the fused paths).
     Estimates are deterministic, so they are cached for the process."""
     if setting != "train":
         modes.parse(setting)
