@@ -24,7 +24,7 @@ from matplotlib.figure import Figure as _MplFigure
 from . import memory as _memory
 
 __all__ = ["memory_vs_batch", "saving_vs_length", "article_table", "timeline",
-           "eval_grid", "largest_batch", "for_claim", "CLAIM_FIGURES", "MODE_COLOURS"]
+           "eval_grid", "largest_batch", "for_claim", "claim_figures", "FIGURES", "MODE_COLOURS"]
 
 # colour by the gradient mode in a mode or setting name ("eval+no_grad" is drawn as no_grad)
 MODE_COLOURS = {"train": "#8250df", "inference_mode": "#1a7f37", "no_grad": "#0969da", "grad": "#cf222e"}
@@ -359,15 +359,26 @@ def _c20(ev, device, scale):
     return article_table(rows, device=device, scale=scale)
 
 
-_FOR_CLAIM = {"C04": _c04, "C09": _c09, "C14": _c14, "C18": _c18, "C19": _c21, "C20": _c20, "C21": _c21}
-CLAIM_FIGURES = tuple(_FOR_CLAIM)
+#: the claims' figures by name: a claim's declaration names its figure (``plot="article_table"``)
+FIGURES = {"largest_batch_by_budget": _c04, "largest_batch_12gib": _c09, "eval_no_grad_grid": _c14,
+           "peak_vs_batch": _c18, "saving_vs_length": _c21, "article_table": _c20}
+
+
+def claim_figures() -> tuple:
+    """The ids of the claims that have a figure (from their declarations)."""
+    from . import claims
+
+    return tuple(c.id for c in claims.all_claims() if c.plot)
 
 
 def for_claim(result) -> Figure:
-    """The picture of a claim's evidence: ``for_claim(claims.check("C20"))``, or the same from the
-    result's ``to_dict()`` (as stored in claims.json). Claims with a picture: ``CLAIM_FIGURES``."""
+    """The picture of a claim's measurements: ``for_claim(claims.check("C20"))``, or the same from
+    the result's ``to_dict()`` (as stored in claims.json). Claims with a picture: :func:`claim_figures`."""
+    from . import claims
+
     d = result if isinstance(result, dict) else {"id": result.id}
     cid = d["id"]
-    if cid not in _FOR_CLAIM:
-        raise ValueError(f"no picture for claim {cid!r}; allowed: {', '.join(CLAIM_FIGURES)}")
-    return _FOR_CLAIM[cid](*_parts(result))
+    name = claims.get(cid).plot
+    if name is None:
+        raise ValueError(f"no picture for claim {cid!r}; allowed: {', '.join(claim_figures())}")
+    return FIGURES[name](*_parts(result))

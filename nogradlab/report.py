@@ -461,19 +461,12 @@ def charts(doc: dict, refs=()) -> list:
     return out
 
 
-# (claim id, title, caption): each chart is ``nogradlab.plots.for_claim`` of the claim's evidence
-_KEY_CHARTS = [
-    ("C20", "C20: the article's table, measured",
-     "Grey: the article's band (16 GB GPU); blue: this run, training step vs eval + no_grad forward."),
-    ("C09", "C09: largest batch under the article's 12 GiB",
-     "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
-    ("C18", "C18: peak memory against batch size",
-     "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
-    ("C21", "C19/C21: memory saved against sequence length",
-     "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
-    ("C14", "C14: eval() and no_grad are independent",
-     "eval changes the outputs; no_grad changes only what is tracked and saved."),
-]
+def key_charts() -> list:
+    """``[(claim id, title, caption)]``: the claims whose declaration names a key chart, in the
+    order the report shows them (C20, C09, C18, C21, C14 first: the article's table leads)."""
+    order = {"C20": 0, "C09": 1, "C18": 2, "C21": 3, "C14": 4}
+    out = [(c.id, *c.key_chart) for c in _claims.all_claims() if c.key_chart]
+    return sorted(out, key=lambda t: (order.get(t[0], 99), t[0]))
 
 
 def _plot_specs(doc: dict) -> list:
@@ -485,7 +478,7 @@ def _plot_specs(doc: dict) -> list:
         return []
     by_id = {c["id"]: c for c in doc["claims"]}
     specs = []
-    for cid, title, caption in _KEY_CHARTS:
+    for cid, title, caption in key_charts():
         c = by_id.get(cid)
         if c is not None and c["verdict"] is not None:
             specs.append((title, (lambda c=c: plots.for_claim(c)), caption))
