@@ -246,6 +246,9 @@ def test_x01_inference_mode(runs):
     assert "version counter" in e["inference_tensor"]["version_counter"]
     assert "cannot be saved for backward" in e["restriction"]["saved_for_backward (w * inference_tensor)"]
     assert set(e["timing"]["cases"]) == {"no_grad", "inference_mode"}
+    # the shared forward condition's rounds (as C03/X05 read them), shown beside the verdict, not judged
+    assert e["timing"]["source"].startswith("shared forward condition") and "inference_mode" in e["timing"]["settings"]
+    assert "not part of the verdict" in r.summary
 
 
 def test_x02_thread_local(runs):
