@@ -88,7 +88,6 @@ def c10(ctx):
         y = x * v  # before 0.4 one volatile input made the whole result untracked
         volatile_attr = getattr(v, "volatile", None)
     messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    volatile_ignored = y.requires_grad and y.grad_fn is not None
     has_no_grad = hasattr(torch, "no_grad") and hasattr(torch, "set_grad_enabled")
     with torch.no_grad():
         no_grad_works = not (x * 2).requires_grad
