@@ -63,18 +63,22 @@ def c01(ctx):
                 "module": _tracking(lin(torch.randn(2, 4, device=dev))),
                 "function_call": _tracking(F.softmax(w, dim=0))}
         there = _in_new_thread(lambda: {"grad_enabled": torch.is_grad_enabled(), "op": _tracking(w * 2)})
+    return {"this_thread": here, "thread_started_inside_block": there}
+
+
+@C01.judges
+def judge_c01(m, rule):
+    here, there = m["this_thread"], m["thread_started_inside_block"]
     off_here = not here["grad_enabled"] and not any(here[k]["requires_grad"]
                                                     for k in ("op", "module", "function_call"))
-    tracked_there = there["op"]["requires_grad"]
-    evidence = {"this_thread": here, "thread_started_inside_block": there}
     if not off_here:
-        return "does not hold", "Tracking was still on for some operation inside no_grad.", evidence
-    if tracked_there:
-        return ("depends", "On the thread that entered no_grad every operation (tensor op, module, "
-                "function) came out untracked; a thread started inside the block computed w*2 with "
-                f"grad on (requires_grad True, grad_fn {there['op']['grad_fn']}): grad mode is per "
-                "thread, so 'everything inside the block' means everything on this thread.", evidence)
-    return "holds", "Tracking was off inside the block, also in a thread started there.", evidence
+        return Judgement("does not hold", "Tracking was still on for some operation inside no_grad.")
+    if there["op"]["requires_grad"]:
+        return Judgement("depends", "On the thread that entered no_grad every operation (tensor op, module, "
+                         "function) came out untracked; a thread started inside the block computed w*2 with "
+                         f"grad on (requires_grad True, grad_fn {there['op']['grad_fn']}): grad mode is per "
+                         "thread, so 'everything inside the block' means everything on this thread.")
+    return Judgement("holds", "Tracking was off inside the block, also in a thread started there.")
 
 
 C02 = declare(
@@ -95,12 +99,17 @@ def c02(ctx):
         with _SavedHookCalls() as hook, modes.get(mode)():
             out = model(x)
         runs[mode] = {**_tracking(out), "saved_tensor_hook_calls": hook.calls}
-    ng, g = runs["no_grad"], runs["grad"]
+    return {"workload": wl.name, "runs": runs}
+
+
+@C02.judges
+def judge_c02(m, rule):
+    ng, g = m["runs"]["no_grad"], m["runs"]["grad"]
     ok = ng["grad_fn"] is None and ng["saved_tensor_hook_calls"] == 0 and g["saved_tensor_hook_calls"] > 0
-    summary = (f"{wl.name} forward: with grad the output has grad_fn {g['grad_fn']} and the saved-tensor "
+    summary = (f"{m['workload']} forward: with grad the output has grad_fn {g['grad_fn']} and the saved-tensor "
                f"hook fired {g['saved_tensor_hook_calls']} times; under no_grad grad_fn is "
                f"{ng['grad_fn']} and the hook fired {ng['saved_tensor_hook_calls']} times.")
-    return ("holds" if ok else "does not hold"), summary, {"workload": wl.name, "runs": runs}
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C05 = declare(
@@ -140,12 +149,17 @@ def c05(ctx):
     opt.step()  # optimizers update parameters in place with grad off
     case("parameter after optimizer.step() (in-place update with grad off)", p,
          "optimizers rely on this: parameters stay trainable")
+    return {"cases": cases}
+
+
+@C05.judges
+def judge_c05(m, rule):
+    cases = m["cases"]
     wrong = [c["case"] for c in cases if not c["as_claimed"]]
-    evidence = {"cases": cases}
     if wrong:
-        return ("does not hold", f"New results are untracked ({len(cases) - len(wrong)} of {len(cases)} cases "
-                f"as claimed), but {len(wrong)} keep requires_grad=True: " + "; ".join(wrong) + ".", evidence)
-    return "holds", f"All {len(cases)} cases have requires_grad=False.", evidence
+        return Judgement("does not hold", f"New results are untracked ({len(cases) - len(wrong)} of {len(cases)} "
+                         f"cases as claimed), but {len(wrong)} keep requires_grad=True: " + "; ".join(wrong) + ".")
+    return Judgement("holds", f"All {len(cases)} cases have requires_grad=False.")
 
 
 C06 = declare(

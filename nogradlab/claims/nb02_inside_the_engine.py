@@ -49,16 +49,24 @@ def c07(ctx):
             with modes.get(mode)():
                 return model(x)
         reports[mode], outs[mode] = memory.measure(fn, ctx.device, return_result=True, label=mode)
-    diff = _max_abs_diff(outs["grad"], outs["no_grad"])
-    g, ng = reports["grad"], reports["no_grad"]
-    ok = g.saved_bytes > 0 and ng.saved_bytes == 0 and torch.allclose(outs["grad"], outs["no_grad"])
-    evidence = {"workload": wl.name, "batch": x.shape[0], "max_abs_output_diff": diff,
-                "reports": {m: r.to_dict() for m, r in reports.items()}}
-    summary = (f"{wl.name} ({ctx.scale}, batch {x.shape[0]}): the same forward computed the same output "
-               f"(max diff {diff:.3g}); autograd saved {memory.format_bytes(g.saved_bytes)} "
-               f"({g.saved_tensors} storages) with grad and {memory.format_bytes(ng.saved_bytes)} under "
-               "no_grad.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return {"workload": wl.name, "batch": x.shape[0], "max_abs_output_diff": _max_abs_diff(outs["grad"], outs["no_grad"]),
+            "outputs_allclose": bool(torch.allclose(outs["grad"], outs["no_grad"])),
+            "reports": {m: r.to_dict() for m, r in reports.items()}}
+
+
+@C07.judges
+def judge_c07(m, rule):
+    g, ng = m["reports"]["grad"], m["reports"]["no_grad"]
+    diff = m["max_abs_output_diff"]
+    # columns made before "outputs_allclose" was stored: the outputs of one model on one input
+    # (allclose's default tolerance; the stored diff was 0 in both reference columns)
+    same = m.get("outputs_allclose", diff == 0)
+    ok = g["saved_bytes"] > 0 and ng["saved_bytes"] == 0 and bool(same)
+    summary = (f"{m['workload']} ({m.scale}, batch {m['batch']}): the same forward computed "
+               f"{'the same' if same else 'a different'} output (max diff {diff:.3g}); autograd saved "
+               f"{memory.format_bytes(g['saved_bytes'])} ({g['saved_tensors']} storages) with grad and "
+               f"{memory.format_bytes(ng['saved_bytes'])} under no_grad.")
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C10 = declare(
@@ -80,7 +88,6 @@ def c10(ctx):
         y = x * v  # before 0.4 one volatile input made the whole result untracked
         volatile_attr = getattr(v, "volatile", None)
     messages = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
-    volatile_ignored = y.requires_grad and y.grad_fn is not None
     has_no_grad = hasattr(torch, "no_grad") and hasattr(torch, "set_grad_enabled")
     with torch.no_grad():
         no_grad_works = not (x * 2).requires_grad
@@ -95,15 +102,25 @@ def c10(ctx):
                                     "warnings": messages,
                                     "x_requiring_grad_times_volatile_v": _tracking(y)},
     }
-    ok = has_no_grad and no_grad_works and volatile_ignored and bool(messages)
+    return evidence
+
+
+@C10.judges
+def judge_c10(m, rule):
+    v = m["Variable(volatile=True)"]
+    y = v["x_requiring_grad_times_volatile_v"]
+    volatile_ignored = y["requires_grad"] and y["grad_fn"] is not None
+    messages = v["warnings"]
+    ok = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
     summary = (f"The 0.4.0 migration guide deprecated volatile=True in favour of torch.no_grad(); in torch "
-               f"{torch.__version__} Variable(x, volatile=True) returns a plain {type(v).__name__}, warns "
-               f"({len(messages)} warning(s)) and has no effect (x * volatile_v still has grad_fn "
-               f"{_tracking(y)['grad_fn']}). "
+               f"{m['torch']} Variable(x, volatile=True) returns a plain {v['type']}, warns "
+               f"({len(messages)} warning(s)) and has "
+               + ("no effect" if volatile_ignored else "an effect")
+               + f" (x * volatile_v has grad_fn {y['grad_fn']}). "
                + ("The article's date holds; " if ok else "This run does not support the article's date; ")
                + "what no_grad replaced was the volatile flag more than the detach/clone workarounds it "
                "names.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":
@@ -148,12 +165,22 @@ def c11(ctx):
                 "mechanism": internals, "installed_source_scan": scan,
                 "scan_caveat": "a share of files that mention no_grad in the installed packages, not the "
                                "article's (unknown) population of tutorials and trainer loops"}
-    t = scan.get("torch") or {}
-    summary = ("Not testable: no source or method is given for the >60 % figure. Mechanism: torch's own "
-               "helpers (nn.init, clip_grad_norm_) run with grad off, leaving no graph; for scale, "
-               f"{t.get('mentioning_no_grad')} of {t.get('files')} Python files of the installed torch "
-               "mention no_grad (a different population).")
-    return "not testable", summary, evidence
+    return evidence
+
+
+@C11.judges
+def judge_c11(m, rule):
+    t = m["installed_source_scan"].get("torch") or {}
+    mech = m["mechanism"]
+    init = mech.get("nn.init.normal_ on a leaf with grad on", {})
+    clip = mech.get("clip_grad_norm_ rescales .grad without a graph", {})
+    ran = ("torch's own helpers (nn.init, clip_grad_norm_) run with grad off, leaving no graph"
+           if init.get("as_expected") and not clip.get("grad_requires_grad") else
+           "torch's own helpers (nn.init, clip_grad_norm_) left a graph behind in this run (see measurements)")
+    summary = ("Not testable: no source or method is given for the >60 % figure. Mechanism: "
+               f"{ran}; for scale, {t.get('mentioning_no_grad')} of {t.get('files')} Python files of the "
+               "installed torch mention no_grad (a different population).")
+    return Judgement("not testable", summary)
 
 
 C08 = declare(

@@ -38,7 +38,6 @@ def c12(ctx):
     wl, model, x = _workload(ctx)
     from .measure import _knobs, enter_exit
 
-    rule = RULES["C12"]
     with torch.no_grad():
         flat = model(x)
         with torch.no_grad():
@@ -56,23 +55,28 @@ def c12(ctx):
     nested_enter = enter_exit(ctx, nested=True)
     fwd = timing.measure(forward, ctx.device, min_run_time=k["min_run_time"], num_threads=k["num_threads"],
                          label=f"{wl.name} forward")
-    ratio = nested_enter.median / fwd.median
-    evidence = {"workload": wl.name, "batch": x.shape[0], "nested_result_bitwise_equal": same,
-                "grad_off_after_inner_exit": still_off, "enter_exit": enter.to_dict(),
-                "nested_enter_exit": nested_enter.to_dict(), "forward": fwd.to_dict(),
-                "cost_ratio_nested_vs_forward": ratio}
+    return {"workload": wl.name, "batch": x.shape[0], "nested_result_bitwise_equal": same,
+            "grad_off_after_inner_exit": still_off, "enter_exit": enter.to_dict(),
+            "nested_enter_exit": nested_enter.to_dict(), "forward": fwd.to_dict(),
+            "cost_ratio_nested_vs_forward": nested_enter.median / fwd.median}
+
+
+@C12.judges
+def judge_c12(m, rule):
+    same, still_off = m["nested_result_bitwise_equal"], m["grad_off_after_inner_exit"]
+    ratio = m["cost_ratio_nested_vs_forward"]
+    enter, nested, fwd = m["enter_exit"]["median"], m["nested_enter_exit"]["median"], m["forward"]["median"]
     summary = (f"Nesting works (same output: {same}; grad still off after the inner block exits: {still_off}). "
-               f"Entering and leaving no_grad costs {nested_enter.median * 1e6:.2f} µs when already inside one "
-               f"({enter.median * 1e6:.2f} µs from grad mode), vs {fwd.median * 1e3:.3f} ms for one {wl.name} "
-               f"{ctx.scale} forward ({ratio:.2%}).")
+               f"Entering and leaving no_grad costs {nested * 1e6:.2f} µs when already inside one "
+               f"({enter * 1e6:.2f} µs from grad mode), vs {fwd * 1e3:.3f} ms for one {m['workload']} "
+               f"{m.scale} forward ({ratio:.2%}).")
     if not (same and still_off):
-        return "holds", summary + " Nesting changed the result or the mode: it is harmful here.", evidence
-    evidence["threshold"] = rule.threshold
+        return Judgement("holds", summary + " Nesting changed the result or the mode: it is harmful here.")
     if ratio < rule.threshold:
-        return "does not hold", summary + (f" Redundant but harmless: under the {rule.threshold:.0%} threshold "
-                                           "(of one forward) for a measurable anti-pattern."), evidence
-    return "depends", summary + (f" The context cost reaches the {rule.threshold:.0%} threshold (of one "
-                                 "forward) here: not negligible next to this forward."), evidence
+        return Judgement("does not hold", summary + (f" Redundant but harmless: under the {rule.threshold:.0%} "
+                                                     "threshold (of one forward) for a measurable anti-pattern."))
+    return Judgement("depends", summary + (f" The context cost reaches the {rule.threshold:.0%} threshold (of one "
+                                           "forward) here: not negligible next to this forward."))
 
 
 X03 = declare(
@@ -112,18 +116,23 @@ def x03(ctx):
         per_iter = (retained[-1] - retained[0]) / (ks[-1] - ks[0])
         series[how] = {"iterations": list(ks), "retained_bytes": retained, "bytes_per_iteration": per_iter}
     model.zero_grad(set_to_none=True)
+    return {"workload": wl.name, "batch": batch, "mode": "grad on, no backward (a validation loop "
+            "without no_grad)", "series": series}
+
+
+@X03.judges
+def judge_x03(m, rule):
+    series = m["series"]
     t, it, bw = series["tensor"], series["item()"], series["tensor, backward each step"]
     grows = all(b > a for a, b in zip(t["retained_bytes"], t["retained_bytes"][1:]))
-    ok = grows and t["bytes_per_iteration"] > 0 and it["retained_bytes"] == [0] * len(ks)
-    evidence = {"workload": wl.name, "batch": batch, "mode": "grad on, no backward (a validation loop "
-                "without no_grad)", "series": series}
-    summary = (f"{wl.name} {ctx.scale} batch {batch}, grad on: accumulating the loss tensor retained "
+    ok = grows and t["bytes_per_iteration"] > 0 and all(b == 0 for b in it["retained_bytes"])
+    summary = (f"{m['workload']} {m.scale} batch {m['batch']}, grad on: accumulating the loss tensor retained "
                f"{memory.format_bytes(t['bytes_per_iteration'])} per iteration ({t['retained_bytes']} B after "
-               f"{list(ks)} iterations); with .item() {memory.format_bytes(it['bytes_per_iteration'])} per "
-               "iteration. "
+               f"{list(t['iterations'])} iterations); with .item() {memory.format_bytes(it['bytes_per_iteration'])} "
+               "per iteration. "
                f"If backward runs each step (freeing the saved activations) the tensor sum retains "
                f"{memory.format_bytes(bw['bytes_per_iteration'])} per iteration.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 X04 = declare(
@@ -157,16 +166,26 @@ def x04(ctx):
     torch.set_grad_enabled(False)  # the function form: a global switch, no automatic restore
     function_form = torch.is_grad_enabled()
     torch.set_grad_enabled(previous)
-    expected = [False, True, False, True, False, True]
-    evidence = {"set_grad_enabled(flag) -> result requires_grad": conditional,
-                "nesting": [{"step": s, "grad_enabled": g, "result_requires_grad": r} for s, g, r in trace],
-                "set_grad_enabled(False) as a plain call stays off until switched back": not function_form}
-    ok = conditional == {"True": True, "False": False} and [g for _, g, _ in trace] == expected \
-        and [r for _, _, r in trace] == expected
+    return {"set_grad_enabled(flag) -> result requires_grad": conditional,
+            "nesting": [{"step": s, "grad_enabled": g, "result_requires_grad": r} for s, g, r in trace],
+            "set_grad_enabled(False) as a plain call stays off until switched back": not function_form}
+
+
+#: grad mode at each step of X04's nesting trace, as documented
+_X04_EXPECTED = [False, True, False, True, False, True]
+
+
+@X04.judges
+def judge_x04(m, rule):
+    conditional, trace = m["set_grad_enabled(flag) -> result requires_grad"], m["nesting"]
+    grads = [r["grad_enabled"] for r in trace]
+    ok = conditional == {"True": True, "False": False} and grads == _X04_EXPECTED \
+        and [r["result_requires_grad"] for r in trace] == _X04_EXPECTED
     summary = (f"set_grad_enabled(True/False) gave requires_grad {conditional['True']}/{conditional['False']}; "
-               "nesting no_grad > enable_grad > no_grad gave grad " + " > ".join(str(g) for _, g, _ in trace)
-               + ", each exit restoring the previous mode.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+               "nesting no_grad > enable_grad > no_grad gave grad " + " > ".join(str(g) for g in grads)
+               + (", each exit restoring the previous mode." if ok else ", not the documented "
+                  + " > ".join(str(g) for g in _X04_EXPECTED) + "."))
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 def _compare(ctx, cases: dict, baseline: str, **quick_overrides) -> timing.Comparison:

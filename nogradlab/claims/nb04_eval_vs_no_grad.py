@@ -76,23 +76,28 @@ def c14(ctx):
         key = (cell["model_mode"], cell["grad_mode"])
         cell["max_abs_diff_vs_eval_grad"] = _max_abs_diff(outs[key], ref)
         cell["max_abs_diff_vs_same_model_mode_grad"] = _max_abs_diff(outs[key], outs[(key[0], "grad")])
+    return {"model": "Linear(16,32)-BatchNorm1d-ReLU-Dropout(0.5)-Linear(32,4)", "batch": 8, "grid": grid}
+
+
+@C14.judges
+def judge_c14(m, rule):
+    grid = m["grid"]
     by = {(c["model_mode"], c["grad_mode"]): c for c in grid}
     no_grad_output_same = all(c["max_abs_diff_vs_same_model_mode_grad"] == 0 for c in grid)
     eval_changes = by[("train", "grad")]["max_abs_diff_vs_eval_grad"] > 0
     tracking_ok = all(c["requires_grad"] == (c["grad_mode"] == "grad") for c in grid)
     memory_ok = all((c["saved_bytes"] > 0) == (c["grad_mode"] == "grad") for c in grid)
-    evidence = {"model": "Linear(16,32)-BatchNorm1d-ReLU-Dropout(0.5)-Linear(32,4)", "batch": 8,
-                "grid": grid}
     t_g, t_ng, e_g, e_ng = (by[k] for k in (("train", "grad"), ("train", "no_grad"),
                                              ("eval", "grad"), ("eval", "no_grad")))
     summary = (f"eval vs train changed the outputs (max diff {t_g['max_abs_diff_vs_eval_grad']:.3g}); "
                f"no_grad vs grad left them {'bitwise equal' if no_grad_output_same else 'DIFFERENT'} in both "
-               f"model modes and only changed tracking and memory: saved for backward "
+               f"model modes and {'only changed' if tracking_ok and memory_ok else 'did NOT cleanly change'} "
+               f"tracking and memory: saved for backward "
                f"{e_g['saved_bytes']} B -> {e_ng['saved_bytes']} B (eval), {t_g['saved_bytes']} B -> "
                f"{t_ng['saved_bytes']} B (train). In train mode BatchNorm updated its running stats even "
                f"under no_grad: {t_ng['bn_running_stats_updated']}.")
     ok = no_grad_output_same and eval_changes and tracking_ok and memory_ok
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C15 = declare(
@@ -135,19 +140,28 @@ def c15(ctx):
             row["ops_only_with_grad"] = sorted(ops["grad"] - ops["no_grad"])
         rows.append(row)
         del model
-    tol = RULES["C15"].tolerance
+    return {"device": str(ctx.device), "scale": ctx.scale, "models": rows}
+
+
+@C15.judges
+def judge_c15(m, rule):
+    rows, tol = m["models"], rule.tolerance
+    conds = []
     for r in rows:
-        r["tolerance"] = tol * max(1.0, r["max_abs_output"])
-        r["within_tolerance"] = r["max_abs_diff"] <= r["tolerance"]
+        allowed = tol * max(1.0, r["max_abs_output"])
+        conds.append({"condition": r["workload"], "value": r["max_abs_diff"], "ci": None,
+                      "tolerance": allowed, "within_tolerance": r["max_abs_diff"] <= allowed,
+                      "same_argmax": r.get("same_argmax"),
+                      "reading": "agrees" if r["max_abs_diff"] <= allowed and r.get("same_argmax", True)
+                      else "disagrees"})
     differ = [r for r in rows if not r["bitwise_equal"]]
-    close = all(r["within_tolerance"] and r.get("same_argmax", True) for r in rows)
+    close = all(c["reading"] == "agrees" for c in conds)
     parts = [f"{r['workload']} " + ("bitwise equal" if r["bitwise_equal"] else
-                                    f"max difference {r['max_abs_diff']:.2g} (tolerance {r['tolerance']:.2g})")
-             for r in rows]
-    evidence = {"device": str(ctx.device), "scale": ctx.scale, "models": rows,
-                "tolerance": f"{tol:g} x max(1, max |output|): float32 rounding when kernels sum in another order"}
-    summary = (f"Eval-mode outputs with grad vs under no_grad on {ctx.device.type} (tolerance {tol:g} relative "
-               "to the output's scale): " + "; ".join(parts) + ".")
+                                    f"max difference {r['max_abs_diff']:.2g} (tolerance {c['tolerance']:.2g})")
+             for r, c in zip(rows, conds)]
+    summary = (f"Eval-mode outputs with grad vs under no_grad on {m['device'].split(':')[0]} (tolerance {tol:g} "
+               "x max(1, max |output|): float32 rounding when kernels sum in another order): "
+               + "; ".join(parts) + ".")
     for r in differ:
         if r.get("ops_only_under_no_grad"):
             summary += (f" {r['workload']} ran {', '.join(r['ops_only_under_no_grad'])} only under no_grad "
@@ -156,8 +170,9 @@ def c15(ctx):
         summary += (" Predictions are the same up to float rounding" +
                     (f"; bitwise equal in {len(rows) - len(differ)} of {len(rows)}." if differ else
                      ", bitwise equal everywhere."))
-        return "holds", summary, evidence
-    return "does not hold", summary + " A difference beyond float rounding: no_grad changed the outputs.", evidence
+        return Judgement("holds", summary, conditions=conds)
+    return Judgement("does not hold", summary + " A difference beyond float rounding: no_grad changed the outputs.",
+                     conditions=conds)
 
 
 def _dropout_classifier(device, seed):
@@ -201,26 +216,30 @@ def c16(ctx):
            "train+no_grad": accuracies(True, torch.no_grad)}
     model.eval()
     spread = {k: float(np.std(v)) for k, v in acc.items()}
-    reduction = 1.0 - spread["eval"] / spread["train"] if spread["train"] > 0 else float("nan")
-    no_grad_same = acc["train"] == acc["train+no_grad"]
+    return {"runs": runs, "accuracy": acc, "std": spread,
+            "spread_reduction": 1.0 - spread["eval"] / spread["train"] if spread["train"] > 0 else float("nan"),
+            "train_no_grad_identical_to_train": acc["train"] == acc["train+no_grad"],
+            "by_construction": "dropout is the only randomness (fixed model, fixed data): eval removes "
+                               "all of the spread whatever the benchmark's share would be",
+            "model": "Linear(32,64)-ReLU-Dropout(0.1)-Linear(64,10), 512 fixed samples; labels: "
+                     "its own eval predictions with 30 % replaced at random",
+            "note": "the article's ~7 % comes from an unnamed benchmark: not testable. Eval "
+                    "mode makes dropout the identity, so dropout's share of the variability "
+                    "goes to zero; BatchNorm in train mode adds batch-composition dependence."}
+
+
+@C16.judges
+def judge_c16(m, rule):
+    spread, runs = m["std"], m["runs"]
     summary = (f"Not testable: the article's 7 % comes from an unnamed benchmark. The mechanism, shown: over "
                f"{runs} runs of one fixed model on one fixed data set, the accuracy's standard deviation was "
                f"{spread['train']:.4f} in train mode (dropout 0.1) and {spread['eval']:.4f} in eval mode. Here "
                "dropout is the only source of run-to-run randomness, so eval() removing "
-               f"{_pct(reduction)} of it is true by construction and is no evidence for or against 7 %: in a "
-               "real benchmark the share depends on how much of the variance dropout (and BatchNorm's batch "
+               f"{_pct(m['spread_reduction'])} of it is true by construction and is no evidence for or against 7 %: "
+               "in a real benchmark the share depends on how much of the variance dropout (and BatchNorm's batch "
                "statistics) caused, beside data order and initialisation. no_grad left the train-mode values "
-               + ("identical." if no_grad_same else "different (unexpected)."))
-    evidence = {"runs": runs, "accuracy": acc, "std": spread, "spread_reduction": reduction,
-                "train_no_grad_identical_to_train": no_grad_same,
-                "by_construction": "dropout is the only randomness (fixed model, fixed data): eval removes "
-                                   "all of the spread whatever the benchmark's share would be",
-                "model": "Linear(32,64)-ReLU-Dropout(0.1)-Linear(64,10), 512 fixed samples; labels: "
-                         "its own eval predictions with 30 % replaced at random",
-                "note": "the article's ~7 % comes from an unnamed benchmark: not testable. Eval "
-                        "mode makes dropout the identity, so dropout's share of the variability "
-                        "goes to zero; BatchNorm in train mode adds batch-composition dependence."}
-    return "not testable", summary, evidence
+               + ("identical." if m["train_no_grad_identical_to_train"] else "different (unexpected)."))
+    return Judgement("not testable", summary)
 
 
 C17 = declare(

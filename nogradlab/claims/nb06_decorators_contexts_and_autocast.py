@@ -87,22 +87,32 @@ def c22(ctx):
         bare_result = {"works": True, "grad_inside": bare(x)[0], "result_requires_grad": bare(x)[1]}
     except Exception as e:  # noqa: BLE001 - an older torch refuses the bare form
         bare_result = {"works": False, "error": f"{type(e).__name__}: {e}"}
-    evidence = {"function": decorated, "grad_after_call": after_call, "grad_after_exception": after_error,
-                "generator": {"grad_inside_at_each_resume": resumes, "caller_grad_between_resumes": caller_between},
-                "bare_decorator": bare_result}
+    return {"function": decorated, "grad_after_call": after_call, "grad_after_exception": after_error,
+            "generator": {"grad_inside_at_each_resume": resumes, "caller_grad_between_resumes": caller_between},
+            "bare_decorator": bare_result}
+
+
+@C22.judges
+def judge_c22(m, rule):
+    decorated, after_call, after_error = m["function"], m["grad_after_call"], m["grad_after_exception"]
+    resumes = m["generator"]["grad_inside_at_each_resume"]
+    caller_between = m["generator"]["caller_grad_between_resumes"]
+    bare = m["bare_decorator"]
     whole = (not any(decorated.values())) and after_call and after_error
     gen_ok = resumes == [False, False] and all(caller_between)
-    bare_ok = bare_result["works"] and not bare_result["grad_inside"] and not bare_result["result_requires_grad"]
-    summary = (f"Inside @torch.no_grad() grad was off from first to last line and in the helper it called; "
+    bare_ok = bare["works"] and not bare["grad_inside"] and not bare["result_requires_grad"]
+    inside = ("grad was off from first to last line and in the helper it called" if not any(decorated.values())
+              else f"grad was NOT off throughout ({decorated})")
+    summary = (f"Inside @torch.no_grad() {inside}; "
                f"restored after return ({after_call}) and after an exception ({after_error}). A decorated "
                f"generator had grad off at each resume {resumes} while its caller had it on between them "
                f"{caller_between}. Bare @torch.no_grad: "
-               + ("works the same." if bare_ok else f"{bare_result}."))
+               + ("works the same." if bare_ok else f"{bare}."))
     if whole and gen_ok and bare_ok:
-        return "holds", summary, evidence
+        return Judgement("holds", summary)
     if whole:
-        return "depends", summary, evidence
-    return "does not hold", summary, evidence
+        return Judgement("depends", summary)
+    return Judgement("does not hold", summary)
 
 
 C24 = declare(
@@ -148,31 +158,37 @@ def c24(ctx):
     runs = [modern("cpu", lin_cpu, torch.bfloat16)]
     if ctx.on_gpu:
         runs.append(modern("cuda", lin, torch.float16))
-    evidence = {"torch.cuda.amp.autocast()": {"constructed": old_cm is not None, "error": err,
-                                              "warnings": old_warnings, "deprecated": deprecated,
-                                              "run_inside_no_grad": old_run},
-                "torch.autocast": runs, "cuda_tested": ctx.on_gpu}
-    modern_ok = all(r["ok"] for r in runs)
+    return {"torch.cuda.amp.autocast()": {"constructed": old_cm is not None, "error": err,
+                                          "warnings": old_warnings, "deprecated": deprecated,
+                                          "run_inside_no_grad": old_run},
+            "torch.autocast": runs, "cuda_tested": ctx.on_gpu, "cuda_available": torch.cuda.is_available()}
+
+
+@C24.judges
+def judge_c24(m, rule):
+    old = m["torch.cuda.amp.autocast()"]
+    runs, on_gpu = m["torch.autocast"], m["cuda_tested"]
+    old_run, err, deprecated = old["run_inside_no_grad"], old["error"], old["deprecated"]
+    cuda_available = m.get("cuda_available", on_gpu)  # older columns: a CUDA run had CUDA
+    where = (old_run or {}).get("device", "cuda" if on_gpu else "cpu").split(":")[0]
     summary = ("torch.autocast inside no_grad: " + "; ".join(
         f"{r['device_type']} -> {r['output_dtype']} outputs, requires_grad {r['requires_grad']}" for r in runs)
-        + ("" if ctx.on_gpu else " (CUDA not tested: no GPU here)") + ". The article's "
+        + ("" if on_gpu else " (CUDA not tested: no GPU here)") + ". The article's "
         f"torch.cuda.amp.autocast() spelling {'is deprecated (FutureWarning)' if deprecated else 'did not warn'}"
-        + (f"; on this {dev.type} device it gave {old_run['dtype']} outputs" if old_run else "")
-        + (" because autocast disabled itself without CUDA" if old_run and not torch.cuda.is_available()
-           else "") + ".")
+        + (f"; on this {where} device it gave {old_run['dtype']} outputs" if old_run else "")
+        + (" because autocast disabled itself without CUDA" if old_run and not cuda_available else "") + ".")
     # the article's spelling is judged only where it can work: on a CUDA device it must give fp16
-    old_works = old_run is not None and (not ctx.on_gpu or old_run["dtype"] == "torch.float16")
-    evidence["article_spelling_works"] = old_works if ctx.on_gpu else None
-    if not modern_ok:
-        return "does not hold", summary, evidence
-    if ctx.on_gpu and (err or not old_works):
-        return "depends", summary + (" The article's spelling failed here; the stacking works with "
-                                     "torch.autocast(device_type=...)."), evidence
+    old_works = old_run is not None and (not on_gpu or old_run["dtype"] == "torch.float16")
+    if not all(r["ok"] for r in runs):
+        return Judgement("does not hold", summary)
+    if on_gpu and (err or not old_works):
+        return Judgement("depends", summary + (" The article's spelling failed here; the stacking works with "
+                                               "torch.autocast(device_type=...)."))
     note = (" The stacking holds; the deprecation only asks for torch.autocast('cuda') instead."
             if deprecated else " The stacking holds.")
-    if not ctx.on_gpu:
+    if not on_gpu:
         note += " The article's CUDA spelling itself needs a GPU to be tested."
-    return "holds", summary + note, evidence
+    return Judgement("holds", summary + note)
 
 
 def _weight_casts(rec: _OpRecorder, shape) -> int:
@@ -224,23 +240,29 @@ def c28(ctx):
         info["weight_grad_max_abs_diff_vs_clean"] = None if grad is None else _max_abs_diff(grad, ref)
         info["gradient_intact"] = grad is not None and torch.allclose(grad, ref, rtol=1e-3, atol=1e-6)
         reverse[f"autocast{{ {first} forward; grad forward }}"] = info
-    outer_ok = inf.dtype == dtype and not inf.requires_grad
+    return {"device": str(dev), "autocast_dtype": str(dtype), "torch": torch.__version__,
+            "outer_no_grad_inner_autocast": outer, "clean_grad_run": clean, "reverse_nesting": reverse,
+            "references": AUTOCAST_CACHE_ISSUES}
+
+
+@C28.judges
+def judge_c28(m, rule):
+    outer, reverse = m["outer_no_grad_inner_autocast"], m["reverse_nesting"]
+    outer_ok = outer["output_dtype"] == m["autocast_dtype"] and not outer["requires_grad"]
     reverse_ok = all(r["gradient_intact"] for r in reverse.values())
-    evidence = {"device": str(dev), "autocast_dtype": str(dtype), "torch": torch.__version__,
-                "outer_no_grad_inner_autocast": outer, "clean_grad_run": clean, "reverse_nesting": reverse,
-                "references": AUTOCAST_CACHE_ISSUES}
     ng = reverse["autocast{ no_grad forward; grad forward }"]
     im = reverse["autocast{ inference_mode forward; grad forward }"]
-    summary = (f"no_grad outside autocast: {outer['output_dtype']} output, no graph. Reverse nesting in torch "
-               f"{torch.__version__} on {dev.type} (autocast cache {'on' if ng['cache_enabled'] else 'off'}; "
+    summary = (f"no_grad outside autocast: {outer['output_dtype']} output, "
+               f"{'no graph' if not outer['requires_grad'] else 'TRACKED'}. Reverse nesting in torch "
+               f"{m['torch']} on {m['device'].split(':')[0]} (autocast cache {'on' if ng['cache_enabled'] else 'off'}; "
                f"weight cast {ng['weight_casts']} time(s) for two forwards): the grad forward after a no_grad "
                f"forward gave a weight gradient {'equal to' if ng['gradient_intact'] else 'MISSING or unlike'} "
                f"that of a clean run; after an inference_mode forward: {'equal' if im['gradient_intact'] else 'BROKEN'}.")
     if outer_ok and reverse_ok:
-        return "holds", summary, evidence
+        return Judgement("holds", summary)
     if outer_ok:
-        return "depends", summary + " Safe as outer no_grad; the reverse nesting breaks training here.", evidence
-    return "does not hold", summary, evidence
+        return Judgement("depends", summary + " Safe as outer no_grad; the reverse nesting breaks training here.")
+    return Judgement("does not hold", summary)
 
 
 def _is_autograd_event(key: str) -> bool:

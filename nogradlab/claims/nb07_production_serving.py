@@ -55,15 +55,25 @@ def c26(ctx):
             with torch.no_grad():
                 grad_in_model_call, out = handler(x)
             results[name] = {"grad_enabled_where_model_ran": grad_in_model_call, **_tracking(out)}
-    inline, pooled, fixed = (r["requires_grad"] for r in results.values())
-    evidence = {"workload": wl.name, "handlers": results}
+    return {"workload": wl.name, "handlers": results}
+
+
+_C26_HANDLERS = ("handler wrapped in no_grad, model called inline",
+                 "handler wrapped in no_grad, model call submitted to a thread pool",
+                 "handler wrapped in no_grad, worker enters no_grad itself")
+
+
+@C26.judges
+def judge_c26(m, rule):
+    h = m["handlers"]
+    inline, pooled, fixed = (h[k]["requires_grad"] for k in _C26_HANDLERS)
     summary = (f"With no_grad around the handler the output was tracked: inline {inline}, in a pool worker "
                f"{pooled}, in a worker that enters no_grad itself {fixed}.")
     if inline:
-        return "does not hold", summary, evidence
+        return Judgement("does not hold", summary)
     if pooled and not fixed:
-        return "depends", summary + " Highest level works per thread: set the mode inside the worker.", evidence
-    return "holds", summary, evidence
+        return Judgement("depends", summary + " Highest level works per thread: set the mode inside the worker.")
+    return Judgement("holds", summary)
 
 
 X02 = declare(
@@ -89,13 +99,19 @@ def x02(ctx):
 
     child_off = _in_new_thread(switch_off)
     main_after = torch.is_grad_enabled()
-    evidence = {"main_thread_inside_no_grad": main_inside, "thread_started_inside_no_grad": child,
-                "thread_that_set_grad_off": child_off, "main_thread_after_that": main_after}
+    return {"main_thread_inside_no_grad": main_inside, "thread_started_inside_no_grad": child,
+            "thread_that_set_grad_off": child_off, "main_thread_after_that": main_after}
+
+
+@X02.judges
+def judge_x02(m, rule):
+    child, main_inside, main_after = (m["thread_started_inside_no_grad"], m["main_thread_inside_no_grad"],
+                                      m["main_thread_after_that"])
     ok = child["grad_enabled"] and child["op"]["requires_grad"] and not main_inside and main_after
     summary = (f"A thread started inside no_grad had grad enabled ({child['grad_enabled']}) and tracked x * 2 "
                f"(grad_fn {child['op']['grad_fn']}); a thread calling set_grad_enabled(False) left the main "
-               f"thread's mode on ({main_after}).")
-    return ("holds" if ok else "does not hold"), summary, evidence
+               f"thread's mode {'on' if main_after else 'OFF'} ({main_after}).")
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C25 = declare(

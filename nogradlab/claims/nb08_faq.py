@@ -60,13 +60,24 @@ def c27(ctx):
                                               "penalty_under_no_grad": _max_abs_diff(ng_g, base_g)},
                 "autograd.grad(penalty made under no_grad, weight)": weight_grad_error,
                 "autograd.grad(output made under no_grad, input) (gradient penalty / adversarial)": input_grad_error}
-    ok = (ng_v != base_v and torch.equal(ng_g, base_g) and not torch.equal(grad_g, base_g)
-          and weight_grad_error is not None and input_grad_error is not None)
-    summary = (f"An L2 penalty under no_grad raised the loss from {base_v:.4f} to {ng_v:.4f} but changed the "
-               f"gradient by {evidence['grad_change_vs_no_penalty']['penalty_under_no_grad']:.3g} (the same penalty "
-               f"with grad on: {evidence['grad_change_vs_no_penalty']['penalty_with_grad']:.3g}); "
-               f"autograd.grad through it raised: {weight_grad_error}")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return evidence
+
+
+_C27_WEIGHT = "autograd.grad(penalty made under no_grad, weight)"
+_C27_INPUT = "autograd.grad(output made under no_grad, input) (gradient penalty / adversarial)"
+
+
+@C27.judges
+def judge_c27(m, rule):
+    v, change = m["loss_value"], m["grad_change_vs_no_penalty"]
+    weight_err, input_err = m[_C27_WEIGHT], m[_C27_INPUT]
+    ok = (v["penalty_under_no_grad"] != v["no_penalty"] and change["penalty_under_no_grad"] == 0
+          and change["penalty_with_grad"] > 0 and weight_err is not None and input_err is not None)
+    summary = (f"An L2 penalty under no_grad raised the loss from {v['no_penalty']:.4f} to "
+               f"{v['penalty_under_no_grad']:.4f} but changed the gradient by {change['penalty_under_no_grad']:.3g} "
+               f"(the same penalty with grad on: {change['penalty_with_grad']:.3g}); "
+               f"autograd.grad through it raised: {weight_err}")
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C29 = declare(
@@ -111,21 +122,28 @@ def c29(ctx):
                       "saved_for_backward_bytes": rep.saved_bytes, "peak_bytes": rep.peak_bytes}
     est = {m: memory.estimate(wl, x.shape[0], ctx.device.type, mode=m, scale=ctx.scale).saved_bytes
            for m in ("grad", "no_grad")}
+    return {"workload": wl.name, "batch": x.shape[0], "optimizer": "SGD(momentum=0.9)", "modes": rows,
+            "estimate_saved_bytes": est}
+
+
+@C29.judges
+def judge_c29(m, rule):
+    rows, est = m["modes"], m["estimate_saved_bytes"]
     g, ng = rows["grad"], rows["no_grad"]
     ok = (g["parameter_bytes"] == ng["parameter_bytes"]
           and g["optimizer_state_bytes"] == ng["optimizer_state_bytes"]
           and all(r["optimizer_state_unchanged"] and r["parameters_unchanged"] for r in rows.values())
           and g["saved_for_backward_bytes"] > 0 and ng["saved_for_backward_bytes"] == 0)
-    evidence = {"workload": wl.name, "batch": x.shape[0], "optimizer": "SGD(momentum=0.9)", "modes": rows,
-                "estimate_saved_bytes": est}
-    summary = (f"{wl.name} ({ctx.scale}): parameters {memory.format_bytes(g['parameter_bytes'])} and momentum "
-               f"state {memory.format_bytes(g['optimizer_state_bytes'])} in both modes, unchanged by the forward; "
-               f"activations saved for backward {memory.format_bytes(g['saved_for_backward_bytes'])} with grad vs "
+    summary = (f"{m['workload']} ({m.scale}): parameters {memory.format_bytes(g['parameter_bytes'])} and momentum "
+               f"state {memory.format_bytes(g['optimizer_state_bytes'])} in both modes, "
+               + ("unchanged by the forward" if all(r["optimizer_state_unchanged"] and r["parameters_unchanged"]
+                                                    for r in rows.values()) else "CHANGED by a forward")
+               + f"; activations saved for backward {memory.format_bytes(g['saved_for_backward_bytes'])} with grad vs "
                f"{memory.format_bytes(ng['saved_for_backward_bytes'])} under no_grad (fake-tensor estimate: "
                f"{memory.format_bytes(est['grad'])} vs {memory.format_bytes(est['no_grad'])}); parameters holding "
                f".grad after a forward: {g['params_with_grad_after_forward']} (grad), "
                f"{ng['params_with_grad_after_forward']} (no_grad): gradients come from backward, not forward.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 C30 = declare(
@@ -145,11 +163,16 @@ def c30(ctx):
         inside = t * 2
     outside = (t * 2).sum()
     outside.backward()
-    evidence = {"factory_leaf": _tracking(t), "op_on_it_inside_block": _tracking(inside),
-                "grad_after_backward_outside": t.grad.tolist() if t.grad is not None else None}
-    ok = t.requires_grad and t.is_leaf and not inside.requires_grad and t.grad is not None
-    summary = (f"torch.ones(3, requires_grad=True) inside no_grad: requires_grad {t.requires_grad}, leaf "
-               f"{t.is_leaf}; t * 2 inside the block: requires_grad {inside.requires_grad}; used after the "
-               f"block it received gradient {evidence['grad_after_backward_outside']}.")
-    return ("holds" if ok else "does not hold"), summary, evidence
+    return {"factory_leaf": _tracking(t), "op_on_it_inside_block": _tracking(inside),
+            "grad_after_backward_outside": t.grad.tolist() if t.grad is not None else None}
+
+
+@C30.judges
+def judge_c30(m, rule):
+    t, inside, grad = m["factory_leaf"], m["op_on_it_inside_block"], m["grad_after_backward_outside"]
+    ok = t["requires_grad"] and t["is_leaf"] and not inside["requires_grad"] and grad is not None
+    summary = (f"torch.ones(3, requires_grad=True) inside no_grad: requires_grad {t['requires_grad']}, leaf "
+               f"{t['is_leaf']}; t * 2 inside the block: requires_grad {inside['requires_grad']}; used after the "
+               f"block it received gradient {grad}.")
+    return Judgement("holds" if ok else "does not hold", summary)
 

@@ -22,14 +22,16 @@ X01 = declare(
     "X01", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
     paraphrase='torch.inference_mode skips more than no_grad (version counters, view tracking), and its tensors cannot be saved for backward later',
     figure=None,
-    rule=Rule("Holds when inference_mode tensors skip version counting and cannot be saved for a later "
-                "backward, as documented; otherwise does not hold."))
+    rule=Rule("Holds when inference_mode tensors skip version counting and view tracking (no_grad's keep "
+                "both) and cannot be saved for a later backward, as documented; otherwise does not hold. Its "
+                "forward speed against no_grad (the shared forward timing) is shown, not judged."))
 
 
 @X01.measures
 def x01(ctx):
-    """inference_mode: no version counter, no view tracking, a measured gain over no_grad
-    (nogradlab.timing.compare), and inference tensors cannot be saved for backward."""
+    """inference_mode: no version counter, no view tracking, and inference tensors cannot be saved
+    for backward; its forward speed against no_grad comes from the shared forward timing
+    (:func:`_x01_timing`), shown beside the verdict and never part of it."""
     dev = ctx.device
     with torch.no_grad():
         a = torch.ones(4, 4, device=dev)
@@ -47,34 +49,67 @@ def x01(ctx):
     restriction = {"saved_for_backward (w * inference_tensor)": _error_text(lambda: (w * b).sum()),
                    "inplace_outside_inference_mode": _error_text(lambda: b.add_(1)),
                    "clone_is_a_normal_tensor": not b.clone().is_inference()}
-    wl, model, x = _workload(ctx)
+    return {"no_grad_tensor": ng, "inference_tensor": inf, "restriction": restriction,
+            "timing": _x01_timing(ctx)}
 
-    def run(mode):
-        def f():
-            with modes.get(mode)():
-                model(x)
-        return f
 
-    cmp = timing.compare({"no_grad": run("no_grad"), "inference_mode": run("inference_mode")},
-                         baseline="no_grad", device=dev, rounds=int(ctx.params.get("rounds", 10)),
-                         min_run_time=float(ctx.params.get("min_run_time", 0.3)), seed=ctx.seed)
-    speedup, (lo, hi) = cmp.speedup["inference_mode"], cmp.ci["inference_mode"]
-    evidence = {"no_grad_tensor": ng, "inference_tensor": inf, "restriction": restriction,
-                "timing": {"workload": wl.name, "batch": x.shape[0], **cmp.to_dict()}}
+def _x01_timing(ctx) -> dict:
+    """inference_mode against no_grad, read from the shared forward timing of the MLP at its lever
+    batch (:func:`forward_condition`: the same rounds C03 and X05 read; inference_mode is one of
+    its settings there, :func:`nogradlab.claims.measure._lever_settings`). Shown, never judged."""
+    name = "mlp"
+    b = _lever_batches(ctx, workloads.get(name, ctx.scale))[0]
+    c = forward_condition(ctx, name, b)
+    out = {"workload": name, "batch": b, "source": "shared forward condition (forward_condition)",
+           "settings": list(c.settings), "skipped": dict(c.skipped)}
+    if c.comparison is None or "inference_mode" not in c.settings:
+        return out
+    sp, lo, hi = c.ratio("no_grad", "inference_mode")
+    cmp = c.comparison
+    out.update(inference_mode_vs_no_grad=[sp, lo, hi], rounds=cmp.rounds, stopped=cmp.stopped,
+               device=cmp.device, threads=cmp.threads,
+               cases={k: cmp.timings[k].to_dict() for k in ("no_grad", "inference_mode")})
+    return out
+
+
+def _x01_gain(t: dict) -> "tuple | None":
+    """(speedup of inference_mode over no_grad, CI low, CI high, noisy) from X01's timing: the shared
+    condition's ratio, or (columns made before) X01's own two-case comparison with no_grad as baseline."""
+    if "inference_mode_vs_no_grad" in t:
+        sp, lo, hi = t["inference_mode_vs_no_grad"]
+    elif t.get("baseline") == "no_grad" and "inference_mode" in t.get("cases", {}):
+        case = t["cases"]["inference_mode"]
+        if "speedup" not in case:
+            return None
+        sp, (lo, hi) = case["speedup"], case["ci"]
+    else:
+        return None
+    noisy = any(c.get("noisy") for c in t.get("cases", {}).values())
+    return sp, lo, hi, noisy
+
+
+@X01.judges
+def judge_x01(m, rule):
+    ng, inf, restriction = m["no_grad_tensor"], m["inference_tensor"], m["restriction"]
     saved_err = restriction["saved_for_backward (w * inference_tensor)"]
     ok = (inf["is_inference"] and inf["version_counter"] is not None and not inf["view_is_tracked"]
           and ng["view_is_tracked"] and saved_err is not None)
     summary = (f"Under inference_mode tensors are inference tensors with no version counter "
                f"({inf['version_counter']}) and untracked views, where no_grad keeps both (version "
                f"{ng['version_after_one_inplace']} after one in-place op). Saving one for backward raised: "
-               f"{(saved_err or 'nothing').split('. ')[0]}. "
-               f"Gain over no_grad on {wl.name} {ctx.scale}: {speedup:.3f}x (95 % CI {lo:.3f}-{hi:.3f})")
-    if lo <= 1 <= hi:
-        summary += ": no difference resolved"
-    if any(t.noisy for t in cmp.timings.values()):
-        summary += " (noisy timings: IQR over 10 % of the median; rerun on a quiet machine)"
-    summary += "."
-    return ("holds" if ok else "does not hold"), summary, evidence
+               f"{(saved_err or 'nothing').split('. ')[0]}.")
+    t = m.get("timing") or {}
+    gain = _x01_gain(t)
+    if gain is not None:  # shown beside the verdict, which rests on the semantics alone
+        sp, lo, hi, noisy = gain
+        own = "inference_mode_vs_no_grad" not in t
+        summary += (f" Forward speed over no_grad on {t.get('workload')} {m.scale} batch {t.get('batch')} "
+                    + ("(X01's own timing, an older column)" if own else "(the shared forward timing)")
+                    + f", not part of the verdict: {sp:.3f}x (95 % CI {lo:.3f}-{hi:.3f})"
+                    + (": no difference resolved" if lo <= 1 <= hi else "")
+                    + (" (noisy timings: IQR over 10 % of the median; rerun on a quiet machine)" if noisy else "")
+                    + ".")
+    return Judgement("holds" if ok else "does not hold", summary)
 
 
 def _cast(ctx) -> str:
