@@ -306,7 +306,8 @@ def _parts(result) -> tuple:
 
     d = result if isinstance(result, dict) else result.to_dict()
     info = d.get("device") or {}
-    return d["evidence"], (_device.label(info) if info else "unknown device"), d.get("scale")
+    ev = d["measurements"] if "measurements" in d else d["evidence"]  # today's entries, and schema-1 columns
+    return ev, (_device.label(info) if info else "unknown device"), d.get("scale")
 
 
 def _where(method: str, device: str) -> str:
