@@ -17,8 +17,6 @@ from .probes import _workload
 from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick
 
-_ABOUT = "'about X %' is read as X +- 5 percentage points"
-
 NOTEBOOK = "03_scoping_no_grad"
 
 
