@@ -121,7 +121,9 @@ def test_c19_saving_grows_with_sequence_length():
     assert all(b > a for a, b in zip(saved, saved[1:]))
     flash = ev["series"]["fused flash attention (fake cpu)"]
     assert flash[0]["memory_saved"] < flash[-1]["memory_saved"]
-    assert ev["grows"][next(k for k in ev["grows"] if k.startswith("measured"))]
+    # the tiny real run is shown, never deciding: the full-size estimates are the evidence
+    assert set(ev["estimated_series"]) < set(ev["series"])
+    assert result("C19").scope["basis"] == "estimated" and "On your machine" in result("C19").summary
 
 
 def test_c20_rows_cover_the_table_with_the_article_bands():
@@ -189,10 +191,14 @@ def test_c23_not_testable_with_the_mechanism_measured():
     assert mlp["grad"]["ops"] == mlp["no_grad"]["ops"]  # same operators, grad on or off
     # a statistic no profiler reports is not testable; never "does not hold" by construction
     assert result("C23").verdict == "not testable"
-    for name, t in ev["op_time"].items():
-        lo, hi = t["op_time_saved_ci"]
-        assert lo <= t["op_time_saved"] <= hi
-        assert len(t["samples_us_per_call"]["grad"]) == ev["profile_rounds"] >= 5
+    # the forward time comes from the shared forward condition C03 reads, fused path on and off
+    tr = ev["profiles"]["transformer_base"]
+    assert tr["grad"]["ops"] == tr["no_grad (fast path off)"]["ops"]
+    cases = {(r["workload"], r["case"]) for r in ev["forward"]}
+    assert {("transformer_base", "no_grad"), ("transformer_base", "no_grad (fast path off)"), ("mlp", "no_grad")} <= cases
+    for r in ev["forward"]:
+        lo, hi = r["time_saved_ci"]
+        assert lo <= r["time_saved"] <= hi
 
 
 def test_x05_cases_per_workload():

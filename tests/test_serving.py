@@ -106,7 +106,7 @@ def test_c25_is_not_testable_but_measures_the_mechanism():
     assert r.evidence["series"]["keep_outputs"]["held_bytes"][-1] > 0 == s["grad"]["held_bytes_after_last"]
     assert len(r.evidence["series"]["grad"]["request"]) == 3
     json_ok = r.to_dict()
-    assert json_ok["evidence"]["statistic"]["testable"] is False
+    assert json_ok["measurements"]["statistic"]["testable"] is False
 
 
 def test_issue17_a_stopped_server_starts_again():

@@ -184,12 +184,14 @@ def judge_c11(m, rule):
 
 
 C08 = declare(
-    "C08", section='2', kind='numeric', notebook=NOTEBOOK,
+    "C08", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     paraphrase='what backward keeps is the largest share of GPU memory in training',
     figure=None,
-    rule=Rule("Per workload and batch, activation bytes saved for backward are compared with "
-                "parameter + gradient + optimizer-state bytes; holds when activations are larger "
-                "everywhere, does not hold when nowhere, depends otherwise."))
+    rule=Rule("Per workload at the article's model sizes and two batches (1 and the default), the "
+              "estimated activation bytes a training step saves for backward are compared with parameter + "
+              "gradient + SGD-momentum bytes (the allocator model's estimate on a virtual CUDA device): holds "
+              "when activations are larger in every condition, does not hold when in none, depends otherwise "
+              "(the crossover batch says where)."))
 
 
 @_check("C08")
@@ -198,7 +200,7 @@ def c08(ctx):
     SGD-momentum bytes, per workload at the article's sizes (estimate on a virtual CUDA device),
     at batch 1 and the workload's default batch; the crossover batch follows from the slope.
     Knobs: ``batches`` (default ``(1, default)``)."""
-    rows, crossovers, states = [], {}, []
+    rows, crossovers = [], {}
     for name in workloads.names():
         wl = workloads.get(name, "full")
         p = param_bytes(name, "full")
@@ -209,53 +211,69 @@ def c08(ctx):
             r = estimate_row(name, b, "train", scale="full")
             acts[b] = r["saved_bytes"]
             fixed = sum(others.values())
-            largest = r["saved_bytes"] > fixed
-            states.append(largest)
             rows.append({"workload": name, "batch": b, "activation_bytes": r["saved_bytes"],
                          **{f"{k}_bytes": v for k, v in others.items()},
                          "params_grads_optimizer_bytes": fixed,
                          "training_peak_bytes": r["total_peak_bytes"],
                          "activation_share_of_peak": r["saved_bytes"] / r["total_peak_bytes"],
-                         "activations_exceed_the_rest": largest,
+                         "activations_exceed_the_rest": r["saved_bytes"] > fixed,
                          "activations_exceed_each_part": r["saved_bytes"] > p, "notes": r["notes"]})
         b1, b2 = min(acts), max(acts)
         slope = (acts[b2] - acts[b1]) / (b2 - b1) if b2 > b1 else acts[b1] / b1
         crossovers[name] = {"per_sample_activation_bytes": slope,
                             "crossover_batch_sgd": math.ceil(3 * p / slope) if slope > 0 else None,
                             "crossover_batch_adam": math.ceil(4 * p / slope) if slope > 0 else None}
-    verdict = "holds" if all(states) else "does not hold" if not any(states) else "depends"
-    parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
-    small = [min((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
-    large = [max((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in crossovers]
-    at = (f"{sum(r['activations_exceed_the_rest'] for r in small)} of {len(small)} workloads at the "
-          f"smaller batch ({', '.join(str(r['batch']) for r in small)}), "
-          f"{sum(r['activations_exceed_the_rest'] for r in large)} of {len(large)} at the larger "
+    return {"rows": rows, "crossover": crossovers, "method": "memory.estimate, train step "
+            "(forward, loss, backward, SGD-momentum step), scale full, virtual CUDA",
+            "criterion": "activation (saved-for-backward) bytes > parameter + gradient + "
+                         "optimizer-state bytes; the crossover batch assumes activations grow "
+                         "linearly with the batch (exact between the two estimated batches)"}
+
+
+@C08.judges
+def judge_c08(m, rule):
+    rows, crossovers = m["rows"], m["crossover"]
+    conds = [{"condition": f"{r['workload']}@{r['batch']}",
+              "value": r["activation_bytes"] / r["params_grads_optimizer_bytes"], "ci": None,
+              "reading": "agrees" if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "disagrees",
+              "rounds": None, "rounds_to_decide": None} for r in rows]
+    verdict = verdict_of(c["reading"] for c in conds)
+    names = list(crossovers)
+    small = [min((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in names]
+    large = [max((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in names]
+
+    def exceed(rs):
+        return sum(r["activation_bytes"] > r["params_grads_optimizer_bytes"] for r in rs)
+
+    at = (f"{exceed(small)} of {len(small)} workloads at the smaller batch "
+          f"({', '.join(str(r['batch']) for r in small)}), {exceed(large)} of {len(large)} at the larger "
           f"({', '.join(str(r['batch']) for r in large)})")
+    parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
     summary = ("At the article's model sizes (training step, estimated), activations kept for backward "
                f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
                f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
                "to 4P/slope); below it the weights and their companions dominate.")
-    evidence = {"rows": rows, "crossover": crossovers, "method": "memory.estimate, train step "
-                "(forward, loss, backward, SGD-momentum step), scale full, virtual CUDA",
-                "criterion": "activation (saved-for-backward) bytes > parameter + gradient + "
-                             "optimizer-state bytes; the crossover batch assumes activations grow "
-                             "linearly with the batch (exact between the two estimated batches)"}
-    return verdict, summary, evidence
+    reading = (f"Activations are the largest part of a training step's memory in {sum(c['reading'] == 'agrees' for c in conds)} "
+               f"of {len(conds)} conditions: above each workload's crossover batch, not below it.")
+    return Judgement(verdict, summary, reading, conds)
 
 
 C09_FIGURE = 2.5
 
 
 C09 = declare(
-    "C09", section='2', kind='numeric', notebook=NOTEBOOK,
+    "C09", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
     figure='~2.5x',
-    rule=Rule("Holds when largest eval+no_grad batch / largest training batch under 12 GiB, printed to "
-                "two decimals, lies in 2.0-3.0x ('about 2.5x' read as 2.5 +- 20 %); otherwise does not hold.",
-                band=(2.0, 3.0), tolerance=0.2, rounding="x2"))
+    rule=Rule("The factor largest eval+no_grad batch / largest training-step batch for ResNet-50 at full size under "
+              "12 GiB (the allocator model's estimate, or on a GPU its real OOM search where one was made) is "
+              "read against 'about 2.5x', 2.0x to 3.0x (within 20 %), unrounded: holds inside, does not hold "
+              "outside. A search that reached its limit makes the factor a bound, deciding only where the bound "
+              "lies outside the band (else inconclusive).",
+              band=Band("about", C09_FIGURE, unit="x")))
 
 
-C09_TOLERANCE = C09.rule.band  # "about 2.5x", read as 2.5 +- 20 %
+C09_TOLERANCE = C09.rule.band  # "about 2.5x": 2.0x to 3.0x (rules.Band)
 
 
 @C09.measures
@@ -274,36 +292,76 @@ def c09(ctx):
     res = _searches(name, int(gib * GiB), dev, method)
     real_check = _one_real_search(ctx, name, int(gib * GiB), res["eval+no_grad"])
     b = {m: r.batch for m, r in res.items()}
-    vs_train = _ratio(b["eval+no_grad"], b["train"])
-    vs_grad = _ratio(b["eval+no_grad"], b["grad"])
-    lo, hi = RULES["C09"].band
+    return {"budget_bytes": int(gib * GiB), "workload": name, "batches": b,
+            "capped": {m: bool(r.at_limit) for m, r in res.items()},
+            "no_grad_over_train": _ratio(b["eval+no_grad"], b["train"]),
+            "no_grad_over_grad": _ratio(b["eval+no_grad"], b["grad"]),
+            "article_factor": C09_FIGURE, "tolerance": list(C09_TOLERANCE.edges), "method": method,
+            "searches": [_row(r) for r in res.values()], "real_check": real_check,
+            "real_search": _real_search(ctx) if ctx.on_gpu else "none (no GPU)",
+            "bytes_per_sample": {m: _slope(r) for m, r in res.items()}}
+
+
+def _c09_capped(m) -> dict:
+    """``{mode: capped}``: the check's own record, else its searches' ``at_limit`` (older columns)."""
+    if isinstance(m.get("capped"), dict):
+        return {k: bool(v) for k, v in m["capped"].items()}
+    return {s["mode"]: bool(s.get("at_limit")) for s in (m.get("searches") or [])}
+
+
+def _c09_read(band, factor, num_capped: bool, den_capped: bool) -> tuple:
+    """(reading, bound) of the factor num/den: a capped numerator makes it a lower bound, a capped
+    denominator an upper bound; a bound decides only when it lies outside the band."""
+    a, b = band.edges
+    if num_capped and den_capped:
+        return "unresolved", "unknown"
+    if num_capped:  # the true factor is at least this
+        return ("disagrees" if factor > b else "unresolved"), "lower bound"
+    if den_capped:  # the true factor is at most this
+        return ("disagrees" if factor < a else "unresolved"), "upper bound"
+    return band.read(factor), None
+
+
+@C09.judges
+def judge_c09(m, rule):
+    b, name, gib = m["batches"], m["workload"], m["budget_bytes"] / GiB
+    vs_train, vs_grad = m["no_grad_over_train"], m["no_grad_over_grad"]
+    cap = _c09_capped(m)
+    method = m.get("method", "estimate")
+    real = m.on_gpu and method == "search"
+    how = (f"real OOM search on {m.label}" if real else
+           "estimates at full size, decided as the real cap decides: the step's allocations replayed through "
+           "the CUDA caching allocator's model (native)")
+    batches = ", ".join(f"{k} {_batch_text(b[k], cap.get(k, False))}"
+                        for k in ("train", "grad", "eval+no_grad"))
     if vs_train is None:
-        verdict = "does not hold"
-    else:  # the factor as printed (two decimals) against the band
-        verdict = "holds" if lo <= round(vs_train, 2) <= hi else "does not hold"
-    how = (f"real OOM search on {dev}" if method == "search" else
-           (f"estimates on fake {dev} tensors" if ctx.on_gpu else "estimates on a virtual CUDA device") +
-           ", decided as the real cap decides: the step's allocations replayed through the CUDA caching "
-           "allocator's model (native)")
-    summary = (f"{name} under {gib:g} GiB ({how}): largest training-step batch {b['train']}, "
-               f"grad-enabled forward {b['grad']}, eval+no_grad forward {b['eval+no_grad']}; "
-               f"eval+no_grad fits {vs_train:.2f}x the training batch (article ~{C09_FIGURE}x, "
-               f"tolerance {lo}-{hi}x) and {vs_grad:.2f}x the grad-enabled forward's. "
-               if vs_train is not None and vs_grad is not None else
-               f"{name} under {gib:g} GiB ({how}): batches {b}; a ratio is undefined. ")
-    if vs_train is not None:
-        summary += (("The direction holds (more fits under no_grad); " if vs_train > 1 else
-                     "Not even the direction holds (no more fits under no_grad); ")
-                    + ("the factor matches the article's." if verdict == "holds" else
-                       f"the factor is {'larger' if vs_train > hi else 'smaller'} than the article's."))
-    summary += _real_note(real_check)
-    evidence = {"budget_bytes": int(gib * GiB), "workload": name, "batches": b,
-                "no_grad_over_train": vs_train, "no_grad_over_grad": vs_grad,
-                "article_factor": C09_FIGURE, "tolerance": list(C09_TOLERANCE), "method": method,
-                "searches": [_row(r) for r in res.values()], "real_check": real_check,
-                "real_search": _real_search(ctx) if ctx.on_gpu else "none (no GPU)",
-                "bytes_per_sample": {m: _slope(r) for m, r in res.items()}}
-    return verdict, summary, evidence
+        return Judgement("does not hold", f"{name} under {gib:g} GiB ({how}): batches {batches}; not even batch 1 "
+                                          "of a training step fits, so the factor is undefined.")
+    reading, bound = _c09_read(rule.band, vs_train, cap.get("eval+no_grad", False), cap.get("train", False))
+    verdict = verdict_of([reading])
+    factor = f"{vs_train:.2f}x" + (f" (a {bound}: a search reached its limit)" if bound else "")
+    summary = (f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
+               f"training batch (article: {rule.band.text()})"
+               + (f" and {vs_grad:.2f}x the grad-enabled forward's" if vs_grad is not None else "") + ". ")
+    summary += ("The direction holds (more fits under no_grad); " if vs_train > 1 else
+                "Not even the direction holds (no more fits under no_grad); ")
+    lo, hi = rule.band.edges
+    summary += {"agrees": "the factor matches the article's.",
+                "disagrees": f"the factor is {'larger' if vs_train > hi else 'smaller'} than the article's.",
+                "unresolved": "the bound cannot say whether the factor lies in the band: a larger max_batch "
+                              "would decide it."}[reading]
+    summary += _real_note(m.get("real_check"))
+    conds = [{"condition": f"{name} {gib:g} GiB", "value": vs_train, "ci": None, "reading": reading,
+              "rounds": None, "rounds_to_decide": None, "bound": bound}]
+    scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
+             if real else None)
+    return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's about "
+                                       f"{C09_FIGURE}x.", conds, scope)
+
+
+def _batch_text(n: int, capped: bool) -> str:
+    """A searched batch as a reader should take it: ``≥ N (search limit)`` when the search was capped."""
+    return f"\u2265 {n} (search limit)" if capped else f"{n}"
 
 
 def _slope(r: _batch.BatchResult) -> "float | None":

@@ -17,8 +17,6 @@ from .probes import _workload
 from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick
 
-_ABOUT = "'about X %' is read as X +- 5 percentage points"
-
 NOTEBOOK = "03_scoping_no_grad"
 
 
@@ -226,11 +224,13 @@ C13 = declare(
     "C13", section='3', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
     paraphrase='one no_grad around the whole validation loop gives about 30 % more throughput than no_grad around each call',
     figure='~30 %',
-    rule=Rule("The survey behind it cannot be checked; the mechanism is judged: the throughput a "
-                "whole-loop scope can gain over a per-batch one, (n-1) x t(enter+exit) / t(loop), printed to "
-                f"whole %, holds when it reaches 'about 30 %' ({_ABOUT}), does not hold below; the direct "
-                "loop timing with its CI is the cross-check.",
-                band=(0.25, 0.35), rounding="pct0", tie=TIE))
+    rule=Rule("The survey behind it cannot be checked; the mechanism is judged here, on this machine (entering "
+              "and leaving no_grad is a CPU-side cost whatever the device, and the smallest workload's loop is "
+              "the case most favourable to the claim): the throughput a whole-loop scope can gain over a "
+              "per-batch one, (n-1) x t(enter+exit) / t(whole loop), unrounded, read against 'about 30 %' "
+              "(24 % to 36 %, within 20 %): holds inside, does not hold outside; the direct loop timing with "
+              "its 95 % CI is shown as the cross-check, never deciding.",
+              band=Band("about", 0.30), tie=TIE))
 
 
 @_check("C13")
@@ -250,28 +250,50 @@ def c13(ctx):
     cmp = _compare(ctx, {s: _val_loop(model, batches, s) for s in scopes}, "per_batch",
                    rounds=20, min_run_time=0.3)
     gain = _gain_triple(cmp, "whole_loop")
-
+    nested = _saved_triple(cmp, "nested")
     enter = enter_exit(ctx)
     # the only difference between the two scopes: n - 1 more context entries and exits
     predicted = (n - 1) * enter.median / cmp.timings["whole_loop"].median
-    band = RULES["C13"].band
-    verdict = band_verdict([(round(predicted, 2), None, None)], *band)
-    loop_ms = cmp.timings["whole_loop"].median * 1e3
-    summary = (f"A per-batch no_grad differs from a whole-loop one by {n - 1} more context entries "
-               f"and exits, {enter.median * 1e6:.2f} µs each, against a {loop_ms:.2f} ms "
-               f"loop of {n} batches of the {ctx.scale} {name} ({ctx.device}): at most {predicted:.2%} "
-               f"more throughput for the wider scope (article: about 30 %, read as 25-35 %). Timed directly: "
-               f"{_pct_ci(gain)}; redundant nesting (two more levels per batch) "
-               f"{_pct_ci(_saved_triple(cmp, 'nested'))} time saved vs per-batch. The survey behind "
-               "the 30 % (projects, not loops) cannot be checked; the mechanism can.")
-    evidence = {"workload": name, "batch": wl.default_batch, "n_batches": n,
-                "throughput_gain_whole_vs_per_batch": gain[0], "ci": gain[1:],
-                "enter_exit_s": enter.median, "predicted_gain_from_context_cost": predicted,
-                "article_band": band, "metric": "throughput gain = t_per_batch / t_whole_loop - 1; the "
-                "verdict uses the gain the context cost can explain, (n-1) * t_enter_exit / t_whole_loop, "
-                "which a noisy machine cannot blur; the direct timing is the cross-check",
-                "same_accuracy": len(set(results.values())) == 1,
-                "correct": results, "comparison": cmp.to_dict(),
-                "note": "survey statistic (projects, not loops) untestable; the mechanism is measured"}
-    return verdict, summary, evidence
+    return {"workload": name, "batch": wl.default_batch, "n_batches": n,
+            "throughput_gain_whole_vs_per_batch": gain[0], "ci": list(gain[1:]),
+            "nested_time_saved_vs_per_batch": nested[0], "nested_ci": list(nested[1:]),
+            "rounds": cmp.rounds, "whole_loop_s": cmp.timings["whole_loop"].median,
+            "enter_exit_s": enter.median, "predicted_gain_from_context_cost": predicted,
+            "metric": "throughput gain = t_per_batch / t_whole_loop - 1; the verdict uses the gain the context "
+                      "cost can explain, (n-1) * t_enter_exit / t_whole_loop, which a noisy machine cannot blur; "
+                      "the direct timing is the cross-check",
+            "same_accuracy": len(set(results.values())) == 1,
+            "correct": results, "comparison": cmp.to_dict(),
+            "note": "survey statistic (projects, not loops) untestable; the mechanism is measured"}
+
+
+@C13.judges
+def judge_c13(m, rule):
+    n, name = m["n_batches"], m["workload"]
+    predicted, enter = m["predicted_gain_from_context_cost"], m["enter_exit_s"]
+    gain, (glo, ghi) = m["throughput_gain_whole_vs_per_batch"], m["ci"]
+    reading = rule.band.read(predicted)
+    verdict = verdict_of([reading])
+    loop_s = m.get("whole_loop_s")
+    if loop_s is None:  # older columns: the loop's time follows from the predicted gain
+        loop_s = (n - 1) * enter / predicted if predicted else None
+    loop = f" against a {loop_s * 1e3:.2f} ms loop" if loop_s else " against a loop"
+    summary = (f"A per-batch no_grad differs from a whole-loop one by {n - 1} more context entries and exits, "
+               f"{enter * 1e6:.2f} \u00b5s each,{loop} of {n} batches of the {name} ({m.label}): at most "
+               f"{predicted:.2%} more throughput for the wider scope (article: {rule.band.text()}). Timed "
+               f"directly (cross-check, not deciding): {_pct_ci((gain, glo, ghi))}")
+    if m.get("nested_time_saved_vs_per_batch") is not None:
+        summary += (f"; redundant nesting (two more levels per batch) "
+                    f"{_pct_ci((m['nested_time_saved_vs_per_batch'], *m['nested_ci']))} time saved vs per-batch")
+    summary += ". The survey behind the 30 % (projects, not loops) cannot be checked; the mechanism can."
+    if not m.get("same_accuracy", True):
+        summary += " The scopes' accuracy differed (see measurements)."
+    conds = [{"condition": f"{name}, {n} batches: gain the context cost explains", "value": predicted, "ci": None,
+              "reading": reading, "rounds": None, "rounds_to_decide": None},
+             {"condition": "timed directly (cross-check)", "value": gain, "ci": [glo, ghi],
+              "reading": rule.band.read(gain, glo, ghi), "rounds": m.get("rounds"), "rounds_to_decide": None,
+              "deciding": False}]
+    return Judgement(verdict, summary, f"Entering no_grad once per batch instead of once per loop costs at most "
+                                       f"{predicted:.1%} of the throughput here, against the article's about 30 %.",
+                     conds)
 

@@ -150,32 +150,15 @@ def c25(ctx):
             for v in ("grad", "no_grad")}
     s = {v: r.summary() for v, r in res.items()}
     sl = {v: r.summary() for v, r in load.items()}
-    fmt = memory.format_bytes
     grow_g = s["keep_outputs"]["held_growth_per_request"]
     grow_ng = s["keep_outputs_no_grad"]["held_growth_per_request"]
     graph_share = 1 - grow_ng / grow_g if grow_g else None
-    summary = (
-        "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey. The mechanism, "
-        f"measured on a Tornado server on 127.0.0.1 ({name}, {ctx.scale}, {ctx.device}): one request at a time, "
-        f"without no_grad each request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that "
-        f"never comes (freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. "
-        f"Under load ({k} concurrent clients, {len(load['grad'].requests)} requests, {k} worker threads): up to "
-        f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping "
-        f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran "
-        f"({fmt(sl['no_grad']['saved_bytes_per_request'])} with no_grad, {sl['no_grad']['max_concurrent_calls']} at once); at most "
-        f"{sl['grad']['max_alive_outputs']} outputs were alive at once, holding up to "
-        f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad, vs {sl['no_grad']['max_alive_outputs']} holding "
-        f"{fmt(sl['no_grad']['max_in_flight_bytes'])} with it (each output without no_grad drags its graph). A handler that keeps its outputs grows by {fmt(grow_g)} per request with grad and "
-        f"{fmt(grow_ng)} under no_grad"
-        + (f": the graphs are {graph_share:.0%} of that growth, the outputs the rest" if graph_share is not None else "")
-        + ". Kept outputs, not the missing no_grad alone, grow until memory runs out; no_grad shrinks what "
-        "each kept output drags along.")
     series = {v: {"request": [a["index"] for a in r.requests],
                   "held_bytes": [a["held_bytes"] for a in r.requests],
                   "saved_bytes": [a["saved_bytes"] for a in r.requests],
                   "peak_bytes": [a["peak_bytes"] for a in r.requests],
                   "latency_s": [a["latency_s"] for a in r.requests]} for v, r in res.items()}
-    evidence = {"statistic": {"figures": "87 % / 2.1x", "testable": False,
+    return {"statistic": {"figures": "87 % / 2.1x", "testable": False,
                               "why": "survey with no named source, sample or method"},
                 "memory_method": res["grad"].memory_method + " (memory.measure around the model "
                                  "call, in the thread that runs it)",
@@ -192,5 +175,38 @@ def c25(ctx):
                                 "max_in_flight_bytes": "the largest sum, at any answer, of the bytes retained by "
                                                        "outputs alive at that moment (its own and those of "
                                                        "requests in flight beside it)"}}
-    return "not testable", summary, evidence
+
+
+@C25.judges
+def judge_c25(m, rule):
+    s, fmt = m["summaries"], memory.format_bytes
+    name, n = m["workload"], m.get("requests")
+    grow_g = s["keep_outputs"]["held_growth_per_request"]
+    grow_ng = (s.get("keep_outputs_no_grad") or {}).get("held_growth_per_request")  # older columns lack it
+    graph_share = m.get("graph_share_of_kept_growth")
+    summary = (
+        "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey. The mechanism, "
+        f"measured on a Tornado server on 127.0.0.1 ({name}, {m.label}): one request at a time, "
+        f"without no_grad each request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that "
+        f"never comes (freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. ")
+    load = m.get("under_load")
+    if load:
+        sl, k = load["summaries"], load["clients"]
+        n_load = len((load.get("alive_outputs") or {}).get("grad", []))
+        summary += (
+            f"Under load ({k} concurrent clients, {n_load} requests, {k} worker threads): up to "
+            f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping "
+            f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran "
+            f"({fmt(sl['no_grad']['saved_bytes_per_request'])} with no_grad, {sl['no_grad']['max_concurrent_calls']} at once); at most "
+            f"{sl['grad']['max_alive_outputs']} outputs were alive at once, holding up to "
+            f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad, vs {sl['no_grad']['max_alive_outputs']} holding "
+            f"{fmt(sl['no_grad']['max_in_flight_bytes'])} with it (each output without no_grad drags its graph). ")
+    summary += (
+        f"A handler that keeps its outputs grows by {fmt(grow_g)} per request with grad"
+        + (f" and {fmt(grow_ng)} under no_grad" if grow_ng is not None else "") + (f" over {n} requests" if n else "")
+        + (f": the graphs are {graph_share:.0%} of that growth, the outputs the rest" if graph_share is not None else "")
+        + ". Kept outputs, not the missing no_grad alone, grow until memory runs out; no_grad shrinks what "
+        "each kept output drags along.")
+    return Judgement("not testable", summary, "The survey figures have no source to test; the mechanism, memory "
+                                              "kept per request, is measured.")
 

@@ -1,0 +1,194 @@
+"""Judges of the capacity and mechanism claims (C04 C08 C09 C13 C19 C21 C23 C25) on hand-made
+measurements: cheap and exact. Each decisive value is flipped and the verdict must follow; capped
+searches read as bounds; every stored column in results/ is judged again by today's rules."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nogradlab import claims
+from nogradlab.claims import Measurements, VERDICTS
+from nogradlab.claims.rules import Band, read_conditions
+
+GiB = 2 ** 30
+MINE = ("C04", "C08", "C09", "C13", "C19", "C21", "C23", "C25")
+CPU = {"type": "cpu", "device": "cpu", "name": "test cpu", "threads": 2, "torch": "2.x"}
+GPU = {"type": "cuda", "device": "cuda:0", "name": "test gpu", "torch": "2.x"}
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def judge(cid, values, device=CPU, scale="tiny"):
+    c = claims.get(cid)
+    return c.judge(Measurements(values, device, scale), c.rule)
+
+
+# ------------------------------------------------------------------------------------- bands
+
+
+def test_a_ci_just_below_a_band_edge_is_not_agreement():
+    """0.19996 prints as 20 %, but is below a 20-40 % band: read on unrounded values it never agrees.
+    A CI wholly below the edge disagrees; one that straddles it is unresolved."""
+    band = Band("range", 0.20, 0.40)
+    assert band.read(0.195, 0.19, 0.19996) == "disagrees"
+    assert band.read(0.199, 0.19, 0.20004) == "unresolved"
+    verdict, rows = read_conditions([("a", 0.30, 0.25, 0.35, 20), ("b", 0.199, 0.19, 0.20004, 20)], band)
+    assert [r["reading"] for r in rows] == ["agrees", "unresolved"] and verdict == "inconclusive"
+    # the C03 band is the same range
+    assert claims.get("C03").rule.band.read(0.199, 0.19, 0.20004) == "unresolved"
+
+
+# ------------------------------------------------------------------------------------- C04
+
+
+def _c04_cond(workload, grad, no_grad, train=1, capped=None, **where):
+    return {"workload": workload, "budget_bytes": 12 * GiB, "budget_gib": 12.0, "method": "estimate",
+            "scale": "full", "train": train, "grad": grad, "eval+no_grad": no_grad,
+            "capped": capped or {"train": False, "grad": False, "eval+no_grad": False},
+            "no_grad_over_grad": no_grad / grad, "no_grad_over_train": no_grad / train,
+            "larger_than_grad": no_grad > grad, "larger_than_train": no_grad > train, **where}
+
+
+def _c04(mlp_no_grad, tiny_no_grad=652, capped=None):
+    return {"conditions": [_c04_cond("mlp", 1000, mlp_no_grad, 500, capped),
+                           _c04_cond("unet", 48, 218, 44),
+                           _c04_cond("mlp", 652, tiny_no_grad, 542, device="cpu", scale="tiny")],
+            "searches": [], "cpu_check": {}, "modes": ["train", "grad", "eval+no_grad"]}
+
+
+def test_c04_verdict_follows_the_gpu_sized_conditions_only():
+    assert judge("C04", _c04(1000)).verdict == "depends"
+    assert judge("C04", _c04(2000)).verdict == "holds"
+    # the tiny CPU condition never decides: flipping it changes nothing
+    assert judge("C04", _c04(2000, tiny_no_grad=600)).verdict == "holds"
+    assert "On your machine" in judge("C04", _c04(2000)).summary
+
+
+def test_c04_a_capped_search_is_a_lower_bound():
+    both = {"train": False, "grad": True, "eval+no_grad": True}
+    j = judge("C04", _c04(1000, capped=both))  # grad >= 1000 and no_grad >= 1000: undecided
+    assert j.verdict == "inconclusive" and "\u2265 1000 (search limit)" in j.summary
+    only_ng = {"train": False, "grad": False, "eval+no_grad": True}
+    assert judge("C04", _c04(2000, capped=only_ng)).verdict == "holds"  # >= 2000 > 1000: the bound decides
+
+
+def test_c04_capped_read_from_older_columns_searches():
+    m = _c04(1000)
+    for c in m["conditions"]:
+        del c["capped"]
+    m["searches"] = [{"workload": "mlp", "mode": mode, "budget_bytes": 12 * GiB, "method": "estimate",
+                      "scale": "full", "at_limit": mode != "train"} for mode in ("train", "grad", "eval+no_grad")]
+    assert judge("C04", m).verdict == "inconclusive"
+
+
+# ------------------------------------------------------------------------------------- C08
+
+
+def test_c08_flips_with_the_activation_bytes():
+    def m(big):
+        rows = [{"workload": "resnet50", "batch": b, "activation_bytes": a, "params_grads_optimizer_bytes": 300}
+                for b, a in ((1, 10), (32, big))]
+        return {"rows": rows, "crossover": {"resnet50": {"crossover_batch_sgd": 4}}}
+
+    assert judge("C08", m(1000)).verdict == "depends"
+    assert judge("C08", m(200)).verdict == "does not hold"
+
+
+# ------------------------------------------------------------------------------------- C09
+
+
+def _c09(train, no_grad, capped=None):
+    return {"budget_bytes": 12 * GiB, "workload": "resnet50",
+            "batches": {"train": train, "grad": train + 1, "eval+no_grad": no_grad},
+            "capped": capped or {}, "no_grad_over_train": no_grad / train, "no_grad_over_grad": no_grad / (train + 1),
+            "method": "estimate", "searches": []}
+
+
+def test_c09_about_two_and_a_half_unrounded():
+    assert judge("C09", _c09(100, 250)).verdict == "holds"
+    assert judge("C09", _c09(100, 400)).verdict == "does not hold"
+    assert judge("C09", _c09(1000, 3004)).verdict == "does not hold"  # 3.004x prints 3.00x, lies outside
+
+
+def test_c09_a_capped_side_makes_the_factor_a_bound():
+    ng = {"eval+no_grad": True}
+    j = judge("C09", _c09(100, 250, ng))  # >= 2.5x: inside or above the band
+    assert j.verdict == "inconclusive" and "lower bound" in j.summary and "search limit" in j.summary
+    assert judge("C09", _c09(100, 400, ng)).verdict == "does not hold"  # >= 4x: above whatever the truth
+    tr = {"train": True}
+    assert judge("C09", _c09(100, 150, tr)).verdict == "does not hold"  # <= 1.5x: below
+    assert judge("C09", _c09(100, 250, tr)).verdict == "inconclusive"
+
+
+# ------------------------------------------------------------------------------------- C13
+
+
+def _c13(predicted):
+    return {"workload": "mlp", "n_batches": 8, "predicted_gain_from_context_cost": predicted,
+            "enter_exit_s": 1e-6, "throughput_gain_whole_vs_per_batch": 0.3, "ci": [0.25, 0.35],
+            "whole_loop_s": 7e-6 / predicted}
+
+
+def test_c13_reads_the_mechanism_against_about_30_percent():
+    assert judge("C13", _c13(0.30)).verdict == "holds"
+    assert judge("C13", _c13(0.01)).verdict == "does not hold"  # the direct timing agreeing decides nothing
+    assert judge("C13", _c13(0.239)).verdict == "does not hold"  # below 24 %: outside 'about 30 %'
+    assert claims.get("C13").basis == "here"
+
+
+# ------------------------------------------------------------------------------------- C19 / C21
+
+
+def _series(saved, lens=(128, 1024, 4096)):
+    return [{"seq_len": L, "batch": 16, "memory_saved": s, "saved_per_token_bytes": 1024.0}
+            for L, s in zip(lens, saved)]
+
+
+def _seq(est, measured):
+    series = {"measured (tiny, cpu)": _series(measured, (32, 64, 128)),
+              "fused attention (virtual cuda)": _series(est)}
+    return {"series": series, "longest": {k: v[-1] for k, v in series.items()}}
+
+
+def test_c19_the_full_size_estimates_decide():
+    assert judge("C19", _seq((0.7, 0.8, 0.9), (0.5, 0.4, 0.3))).verdict == "holds"
+    assert judge("C19", _seq((0.7, 0.9, 0.8), (0.2, 0.3, 0.4))).verdict == "does not hold"
+    # on a GPU at full size the real series decides too
+    gpu = judge("C19", _seq((0.7, 0.8, 0.9), (0.5, 0.4, 0.3)), device=GPU, scale="full")
+    assert gpu.verdict == "depends" and gpu.scope["basis"] == "measured"
+
+
+def test_c21_at_least_40_percent_on_the_full_size_estimates():
+    assert judge("C21", _seq((0.3, 0.4, 0.5), (0.1, 0.1, 0.1))).verdict == "holds"
+    assert judge("C21", _seq((0.3, 0.35, 0.399), (0.5, 0.6, 0.7))).verdict == "does not hold"
+
+
+# ------------------------------------------------------------------------------------- C23 / C25
+
+
+def test_c23_and_c25_are_not_testable_whatever_they_measured():
+    prof = {"ops": 10, "autograd_share": 0.0}
+    m = {"profiles": {"transformer_base": {"grad": prof, "no_grad": prof}, "mlp": {"grad": prof, "no_grad": prof}},
+         "forward_autograd_shares": [0.0] * 4, "train_step_autograd_share": {"mlp": 0.1},
+         "forward": [{"workload": "mlp", "batch": 8, "case": "no_grad", "time_saved": 0.28,
+                      "time_saved_ci": [0.27, 0.29], "rounds": 20}]}
+    j = judge("C23", m)
+    assert j.verdict == "not testable" and "shared forward timing" in j.summary
+    s = {v: {"saved_bytes_per_request": 0, "held_growth_per_request": 10} for v in
+         ("grad", "no_grad", "keep_outputs", "keep_outputs_no_grad")}
+    assert judge("C25", {"summaries": s, "workload": "mlp"}).verdict == "not testable"
+
+
+# ------------------------------------------------------------------------------------- stored columns
+
+
+@pytest.mark.parametrize("column", ["cuda-nvidia-h200", "cpu-amd-epyc-2-threads"])
+def test_stored_columns_are_judged_again(column):
+    doc = json.loads((RESULTS / column / "claims.json").read_text())
+    entries = {e["id"]: e for e in doc["claims"] if e["id"] in MINE}
+    assert set(entries) == set(MINE)
+    for cid, e in entries.items():
+        j = claims.judge_entry(e, doc.get("meta"))
+        assert j["verdict"] in VERDICTS, cid
+        assert j["rule"] == claims.rule(cid) and j.get("scope"), cid
