@@ -626,18 +626,13 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     finally:
         torch.set_grad_enabled(grad)
         _memory.release()  # the check's models and tensors are gone: hand their pages back
-    legacy = None
-    if isinstance(values, tuple) and claim.judge is None:  # not yet split into measure + judge
-        legacy, values = Judgement(values[0], values[1], (values[2] or {}).get("reading", "")), values[2]
     if not isinstance(values, dict):
         raise TypeError(f"the check of {claim_id} returned {type(values).__name__}, not a dict of measurements")
     info = _device.describe(dev)
     m = Measurements(values, info, scale, torch.__version__)
     # a judge that cannot read fresh measurements is a bug: let it raise
-    j = legacy or (_judge(claim, m) if claim.basis != "mixed" else _judge(claim, m, None))
-    if legacy is not None:
-        scope, local = _scope(claim, m, j), None
-    elif claim.basis in ("gpu speed", "mixed") and not m.on_gpu:
+    j = _judge(claim, m)
+    if claim.basis in ("gpu speed", "mixed") and not m.on_gpu:
         j, scope, local = _final(claim, m)
     else:
         scope, local = _scope(claim, m, j), None
@@ -661,8 +656,6 @@ def judge_entry(entry: dict, meta: "dict | None" = None) -> dict:
     try:
         claim = get(e["id"])
     except ValueError:
-        return e
-    if claim.judge is None:  # not yet split into measure + judge: its stored verdict stands
         return e
     m = _entry_measurements(e, meta)
     j, scope, local = _final(claim, m)

@@ -40,16 +40,15 @@ import dataclasses
 import functools
 import math
 
-import numpy as np
+
 import torch
-import torch.nn as nn
+
 
 from .. import batch as _batch
 from .. import memory, modes, timing, workloads
-from .rules import band_verdict
-from . import claim_check, format_saved
-from .searches import shared_largest_batch
-from .rules import RULES, in_band
+from . import claim_check
+
+from .rules import RULES
 
 __all__ = ["accounting", "with_seq_len", "estimate_row", "estimate_sweep", "measure_forward",
            "memory_saved", "param_bytes", "GiB", "ARTICLE_TABLE"]
@@ -149,17 +148,6 @@ def _samples_note(ctx, claim_id: str, conditions=()) -> str:
                 f"decided ({', '.join(f'{c.workload}@{c.batch}' for c in open_)}): provisional; a longer "
                 "time_budget or a quieter machine would decide them.")
     return out
-
-
-def _wide_note(items, higher_is_better=True) -> str:
-    """A warning for the summary when, for some ``(triple, band)`` condition, the interval's width
-    rather than its point estimate decided the agreement with the band (a noisy machine)."""
-    n = sum(1 for t, band in items
-            if band_verdict([t], *band, higher_is_better=higher_is_better)
-            != band_verdict([(t[0], t[0], t[0])], *band, higher_is_better=higher_is_better))
-    return (f" For {n} of {len(items)} conditions the interval's width, not the point estimate, "
-            "decided the agreement (a noisy machine): rerun with more rounds for a firmer verdict."
-            if n else "")
 
 
 def _forward_fn(model, x, grad_mode):

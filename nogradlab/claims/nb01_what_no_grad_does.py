@@ -1,7 +1,7 @@
 """Notebook 01, what no grad does: the declarations and checks of C01, C02, C03, C04, C05, C06.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from .rules import band_verdict
-from . import Judgement, NeedsRemeasuring, claim_check, declare
-from .measure import (_check, _knobs, _names, _pct_ci, _samples_note, _speed_batches, _wide_note, forward_condition)
+from . import Judgement, NeedsRemeasuring, declare
+from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition
 from .probes import _in_new_thread, _tracking, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
-from .searches import (GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch)
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
+from .searches import (
+    GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row,
+    _searches, default_budgets, shared_largest_batch)
 
 NOTEBOOK = "01_what_no_grad_does"
 
@@ -319,6 +320,7 @@ def _larger(a: int, a_capped: bool, b: int, b_capped: bool) -> "bool | None":
 
 C04 = declare(
     "C04", section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
+    plot="largest_batch_by_budget",
     paraphrase='no_grad lets larger batches fit in memory',
     figure=None,
     rule=Rule("Per workload and GPU-sized budget (12 GiB, and 16 GiB in a full run), the largest eval+no_grad "

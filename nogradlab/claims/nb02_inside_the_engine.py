@@ -1,7 +1,7 @@
 """Notebook 02, inside the engine: the declarations and checks of C07, C08, C09, C10, C11.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, NeedsRemeasuring, claim_check, declare
+from . import Judgement, declare
 from .measure import _batches, _check, estimate_row, param_bytes
 from .probes import _max_abs_diff, _tracking, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Band, Rule, verdict_of
 from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches)
 
 NOTEBOOK = "02_inside_the_engine"
@@ -263,6 +263,9 @@ C09_FIGURE = 2.5
 
 C09 = declare(
     "C09", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    plot="largest_batch_12gib",
+    key_chart=("C09: largest batch under the article's 12 GiB",
+               "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
     paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
     figure='~2.5x',
     rule=Rule("The factor largest eval+no_grad batch / largest training-step batch for ResNet-50 at full size under "

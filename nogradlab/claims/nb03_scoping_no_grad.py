@@ -1,7 +1,7 @@
 """Notebook 03, scoping no grad: the declarations and checks of C12, C13, X03, X04.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import torch
 from .. import memory
 from .. import timing
 from .. import workloads
-from .rules import band_verdict
-from . import Judgement, NeedsRemeasuring, claim_check, declare
+from . import Judgement, declare
 from .measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from .probes import _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Band, Rule, TIE, verdict_of
 from .searches import _quick
 
 NOTEBOOK = "03_scoping_no_grad"

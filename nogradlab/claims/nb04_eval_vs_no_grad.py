@@ -1,7 +1,7 @@
 """Notebook 04, eval vs no grad: the declarations and checks of C14, C15, C16, C17.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ import torch.nn as nn
 from .. import memory
 from .. import modes
 from .. import workloads
-from .rules import band_verdict
-from . import Judgement, NeedsRemeasuring, claim_check, declare, format_saved
-from .measure import _build, _check, _pct, _pct_ci, _samples_note, _speed_batch, _wide_note, forward_condition
+from . import Judgement, declare, format_saved
+from .measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
 from .probes import _OpRecorder, _max_abs_diff, _tracking
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text
 from .searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"
@@ -34,6 +33,9 @@ def _bn_dropout_net(device) -> nn.Module:
 
 C14 = declare(
     "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
+    plot="eval_no_grad_grid",
+    key_chart=("C14: eval() and no_grad are independent",
+               "eval changes the outputs; no_grad changes only what is tracked and saved."),
     paraphrase='model.eval() and no_grad are independent of each other',
     figure=None,
     rule=Rule("Holds when eval() changes outputs without touching grad mode and no_grad changes "

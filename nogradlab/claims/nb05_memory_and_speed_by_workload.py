@@ -1,7 +1,7 @@
 """Notebook 05, memory and speed by workload: the declarations and checks of C18, C19, C20, C21.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -14,10 +14,12 @@ import torch
 from .. import batch as _batch
 from .. import timing
 from .. import workloads
-from .rules import band_verdict
 from . import Judgement, NeedsRemeasuring, declare
-from .measure import (ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, _wide_note, accounting, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, in_band, read_conditions, readings_text, verdict_of
+from .measure import (
+    ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct,
+    _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, estimate_row, estimate_sweep,
+    forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
 from .searches import _quick, shared_largest_batch
 
 NOTEBOOK = "05_memory_and_speed_by_workload"
@@ -215,6 +217,7 @@ def _grows(rows) -> bool:
 
 C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    plot="saving_vs_length",
     paraphrase='for transformers the saving per token is smaller but grows with sequence length',
     figure=None,
     rule=Rule("The memory saved by no_grad (grad vs no_grad forward, totals) is read per series of full-size "
@@ -282,6 +285,9 @@ def judge_c19(m, rule):
 
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    plot="saving_vs_length",
+    key_chart=("C19/C21: memory saved against sequence length",
+               "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
     paraphrase='at long sequences the memory saving can exceed 40 %',
     figure='>40 %',
     rule=Rule("The memory saved by no_grad at the longest sequence of each series of full-size estimates (the "
@@ -396,7 +402,7 @@ def c20(ctx):
     """
     names = _names(ctx)
     do_batch = ctx.params.get("batch_factor", True)
-    rows, cells = [], []
+    rows = []
     for name in names:
         art = ARTICLE_TABLE[name]
         full_b = workloads.get(name, "full").default_batch

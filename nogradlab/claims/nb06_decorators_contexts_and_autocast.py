@@ -1,22 +1,22 @@
 """Notebook 06, decorators contexts and autocast: the declarations and checks of C22, C23, C24, C28.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
 import warnings
 
-import numpy as np
+
 import torch
 import torch.nn as nn
 
 from .. import modes
-from .. import timing
-from . import Judgement, NeedsRemeasuring, claim_check, declare
+
+from . import Judgement, declare
 from .measure import _build, _check, _forward_fn, _train_fn
 from .probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Rule, TIE
 
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 

@@ -1,7 +1,7 @@
 """Notebook 07, production serving: the declarations and checks of C25, C26, X02.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import torch
 from .. import memory
 from .. import serving
 from .. import workloads
-from . import Judgement, NeedsRemeasuring, claim_check, declare
+from . import Judgement, declare
 from .probes import _in_new_thread, _tracking, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Rule
 from .searches import _quick
 
 NOTEBOOK = "07_production_serving"

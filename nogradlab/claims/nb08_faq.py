@@ -1,7 +1,7 @@
 """Notebook 08, faq: the declarations and checks of C27, C29, C30.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch.nn.functional as F
 
 from .. import memory
 from .. import modes
-from . import Judgement, NeedsRemeasuring, claim_check, declare
+from . import Judgement, declare
 from .probes import _error_text, _max_abs_diff, _tracking, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import Rule
 
 NOTEBOOK = "08_faq"
 

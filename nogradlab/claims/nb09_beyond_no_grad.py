@@ -1,19 +1,21 @@
 """Notebook 09, beyond no grad: the declarations and checks of X01, X05.
 
-Each claim is declared once here (``declare``) beside its check (``@C.measures``) and, where
-converted, its judge (``@C.judges``); see ``nogradlab/claims/README.md``.
+Each claim is declared once here (``declare``) beside its check (``@C.measures``) and its judge
+(``@C.judges``); see ``nogradlab/claims/README.md``.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import modes
+
 from .. import timing
 from .. import workloads
-from . import Judgement, NeedsRemeasuring, claim_check, declare
-from .measure import (_beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tiers, _torch_threads, forward_condition)
-from .probes import _error_text, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, RULES, Rule, TIE, read_conditions, readings_text, verdict_of
+from . import Judgement, declare
+from .measure import (
+    _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note,
+    _speed_batch, _tiers, _torch_threads, forward_condition)
+from .probes import _error_text
+from .rules import MIN_BOOTSTRAP_ROUNDS, Rule, TIE, verdict_of
 
 NOTEBOOK = "09_beyond_no_grad"
 

@@ -8,19 +8,19 @@ Every check builds its models on ``ctx.device`` and runs in about a second at ``
 """
 from __future__ import annotations
 
-import concurrent.futures
-import copy
+
+
 import threading
-import warnings
+
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import memory, modes, timing, workloads
-from . import claim_check
-from .rules import RULES
+from .. import workloads
+
+
 
 
 # --------------------------------------------------------------------------------------------

@@ -152,47 +152,11 @@ class Rule:
     threshold: "float | None" = None
     min_samples: "int | None" = None
     tie: str = ""
-    rounding: str = ""  # legacy (checks not yet split into measure + judge)
-    lower_bound: bool = False  # legacy
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["band"] = self.band.to_dict() if isinstance(self.band, Band) else self.band
+        d["band"] = self.band.to_dict() if self.band else None
         return d
-
-
-# legacy helpers of the checks not yet split into measure + judge (removed once none is left)
-def rounded(value: float, rounding: str) -> float:
-    if rounding == "pct0":
-        return round(value * 100) / 100
-    if rounding == "x1":
-        return round(value, 1)
-    if rounding == "x2":
-        return round(value, 2)
-    if rounding == "":
-        return value
-    raise ValueError(f"unknown rounding {rounding!r}; allowed: pct0, x1, x2, ''")
-
-
-def in_band(value: float, band: tuple, rounding: str = "", lower_bound: bool = False) -> bool:
-    v = rounded(value, rounding)
-    lo, hi = (rounded(b, rounding) for b in band)
-    return v >= lo and (lower_bound or v <= hi)
-
-
-def band_verdict(values, low, high, *, higher_is_better=True):
-    agree = []
-    for point, lo, hi in values:
-        lo = point if lo is None else lo
-        hi = point if hi is None else hi
-        agree.append(hi >= low and (lo <= high or higher_is_better))
-    if not agree:
-        raise ValueError("band_verdict needs at least one measured value")
-    if all(agree):
-        return "holds"
-    if not any(agree):
-        return "does not hold"
-    return "depends"
 
 
 class _Rules(Mapping):

@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 
 from .. import batch as _batch
-from .. import memory, serving, timing, workloads
-from . import claim_check
-from .rules import RULES
+from .. import memory, timing
+
+
 
 GiB = 2 ** 30
 MiB = 2 ** 20
