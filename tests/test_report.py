@@ -81,7 +81,7 @@ def test_claims_json_follows_schema(tmp_path):
 
 @pytest.mark.parametrize("break_it", [
     lambda d: d["claims"][0].update(verdict="mostly"),
-    lambda d: d["claims"][1].pop("evidence"),
+    lambda d: d["claims"][1].pop("measurements"),
     lambda d: d["meta"].pop("device"),
     lambda d: d["meta"].update(scale="huge"),
     lambda d: d["claims"][2].update(id="Q7"),

@@ -94,32 +94,19 @@ def test_results_carry_their_rule(shared_run):
     for cid in ("C03", "X05", "C20"):
         assert shared_run[cid].rule == rules.RULES[cid].text == claims.rule(cid)
     assert shared_run["C03"].to_dict()["rule"] == rules.RULES["C03"].text
-    # FAST times 3 rounds, under the rules' minimum of 5: the summaries say the verdict is provisional
-    for cid in ("C03", "X05", "C17", "C20"):
-        assert "fewer than the rule's minimum of 5" in shared_run[cid].summary, cid
-
-
-@pytest.mark.parametrize("value, band, rounding, expected", [
-    (1.4028, (1.2, 1.4), "x1", True),  # prints as 1.4: inside "1.2-1.4x"
-    (1.46, (1.2, 1.4), "x1", False),  # prints as 1.5
-    (0.2049, (0.20, 0.40), "pct0", True),  # prints as 20 %
-    (0.1949, (0.20, 0.40), "pct0", False),  # prints as 19 %
-    (0.55, (0.20, 0.40), "pct0", False),  # above the band is not agreement...
-])
-def test_band_membership_uses_the_value_as_printed(value, band, rounding, expected):
-    assert rules.in_band(value, band, rounding) is expected
-
-
-def test_lower_bound_and_bad_rounding():
-    assert rules.in_band(0.55, (0.20, 0.40), "pct0", lower_bound=True)  # ...unless the figure is a lower bound
-    with pytest.raises(ValueError, match="allowed"):
-        rules.rounded(1.0, "x9")
+    # FAST times 3 rounds, under the 10 a bootstrap needs: on this machine no timed condition is decided
+    for cid in ("C03", "X05", "C17"):
+        local = shared_run[cid].local
+        assert local is not None and local["verdict"] in ("inconclusive", "not testable", "does not hold"), cid
+    c03 = claims.get("C03").judge(claims.Measurements(shared_run["C03"].measurements, shared_run["C03"].device,
+                                                      "tiny"), claims.get("C03").rule)
+    assert all(r["reading"] == "unresolved" for r in c03.conditions)
 
 
 def test_claims_json_entries_carry_a_non_empty_rule(tmp_path):
     r = claims.check("C06", device="cpu", scale="tiny")
     doc = report.build_doc([r], source="claims", device="cpu", scale="tiny")
-    assert doc["meta"]["schema_version"] == 2 and doc["meta"]["rules_digest"] == rules.digest()
+    assert doc["meta"]["schema_version"] == 3 and doc["meta"]["rules_digest"] == rules.digest()
     assert all(c["rule"] for c in doc["claims"])  # also the claims no check reached
     path = report.write_json(doc, tmp_path / "claims.json")
     assert json.loads(path.read_text())["claims"][5]["rule"] == rules.RULES["C06"].text
@@ -217,15 +204,23 @@ def test_real_search_knob_is_checked_before_work():
 def test_notebooks_of_one_run_share_timings_through_the_ledger_folder(tmp_path, monkeypatch):
     """`python -m nogradlab run` gives every notebook kernel the same NOGRADLAB_LEDGER: a value
     measured in one kernel is read back, not measured again, in the next."""
+    from nogradlab import pipeline
+
     monkeypatch.setenv("NOGRADLAB_LEDGER", str(tmp_path / "ledger.jsonl"))
+    monkeypatch.setattr(timing, "RUN", timing.RunCache())
     calls = []
     key = ("forward-test", "mlp", 8)
-    first = timing.RunCache().get(key, lambda: calls.append(1) or {"median": 0.25})
-    second = timing.RunCache().get(key, lambda: calls.append(1) or {"median": 9.0})  # another kernel
+    pipeline.attach_run_cache()  # what claims.check does in each kernel
+    first = timing.RUN.get(key, lambda: calls.append(1) or {"median": 0.25})
+    monkeypatch.setattr(timing, "RUN", timing.RunCache())  # another kernel
+    pipeline.attach_run_cache()
+    second = timing.RUN.get(key, lambda: calls.append(1) or {"median": 9.0})
     assert first == second == {"median": 0.25} and calls == [1]
     assert len(list((tmp_path / "ledger.jsonl.timings").iterdir())) == 1
     monkeypatch.delenv("NOGRADLAB_LEDGER")
-    assert timing.RunCache().get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
+    monkeypatch.setattr(timing, "RUN", timing.RunCache())
+    pipeline.attach_run_cache()
+    assert timing.RUN.get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
 
 
 def test_gpu_conditions_are_set_up_as_a_practitioner_would():
