@@ -198,7 +198,7 @@ def largest_batches(dev, names, budgets, scale, c04, clock, earlier=()) -> list:
     for r in earlier:
         have[_row_key(r)] = r
     if c04 is not None and c04.get("verdict") is not None:
-        for r in c04["evidence"].get("searches", []):
+        for r in (c04.get("measurements") or c04.get("evidence") or {}).get("searches", []):
             have.setdefault(_row_key(r), dict(r, source="C04"))
     methods = ("search", "estimate") if dev.type == "cuda" else ("estimate",)
     target = str(dev) if dev.type == "cuda" else "cuda"

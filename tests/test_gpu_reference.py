@@ -44,7 +44,7 @@ def test_claims_json_follows_the_report_schema(rehearsal):
     by_id = {c["id"]: c for c in doc["claims"]}
     assert sorted(by_id) == ["C06", "C09"]
     assert by_id["C06"]["verdict"] == "holds"
-    c09 = by_id["C09"]["evidence"]
+    c09 = by_id["C09"]["measurements"]
     b = c09["batches"]
     assert b["eval+no_grad"] > b["train"] > 0
     assert c09["no_grad_over_train"] == pytest.approx(b["eval+no_grad"] / b["train"])

@@ -94,13 +94,12 @@ def test_results_carry_their_rule(shared_run):
     for cid in ("C03", "X05", "C20"):
         assert shared_run[cid].rule == rules.RULES[cid].text == claims.rule(cid)
     assert shared_run["C03"].to_dict()["rule"] == rules.RULES["C03"].text
-    # FAST times 3 rounds, under the 10 a bootstrap needs: on this machine no timed condition is decided
+    # off a GPU the GPU speed claims stand on the reference GPU; this machine's judgement is kept beside
     for cid in ("C03", "X05", "C17"):
-        local = shared_run[cid].local
-        assert local is not None and local["verdict"] in ("inconclusive", "not testable", "does not hold"), cid
+        assert shared_run[cid].local is not None and shared_run[cid].scope["basis"] == "reference", cid
     c03 = claims.get("C03").judge(claims.Measurements(shared_run["C03"].measurements, shared_run["C03"].device,
                                                       "tiny"), claims.get("C03").rule)
-    assert all(r["reading"] == "unresolved" for r in c03.conditions)
+    assert all(r["reading"] == "unresolved" for r in c03.conditions if r["rounds"] < 10)
 
 
 def test_claims_json_entries_carry_a_non_empty_rule(tmp_path):
