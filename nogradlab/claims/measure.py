@@ -6,7 +6,7 @@ several of them read is measured here, once:
 * **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
   once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
   one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
-  recorded) and read by C03, C17, C20 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
+  recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI over
@@ -486,7 +486,7 @@ def forward_condition(ctx, name: str, batch: int) -> Condition:
     """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
     measured once per run (:data:`nogradlab.timing.RUN`) with one protocol (warm-up, CUDA sync,
     interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
-    recorded) and reused by every check asking for it (C03, C17, C20, X05)."""
+    recorded) and reused by every check asking for it (C03, C17, C20, C23, X01, X05)."""
     knobs = _knobs(ctx)
     key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
            tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
