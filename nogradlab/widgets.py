@@ -20,6 +20,7 @@ import base64
 import html
 import io
 import os
+import threading
 from dataclasses import dataclass, field
 
 from . import device as _device
@@ -764,6 +765,10 @@ def _check_budget_device(device) -> str:
     return str(_device.resolve(device))
 
 
+class _Stale(Exception):
+    """A computation whose setting changed while it ran."""
+
+
 class BudgetExplorer(_LiveView):
     """The controls of :func:`budget_explorer`: a GiB slider, workload, scale, device; every
     change recomputes the largest batch per mode (cached). ``result`` / ``error`` / ``runs`` as
@@ -795,14 +800,103 @@ class BudgetExplorer(_LiveView):
         self.status = W.HTML(value="not computed yet")
         self.error_box = W.HTML(value="")
         self.output = W.Output()
+        # a burst of changes (arrow keys on the slider) computes once, after a short pause; a
+        # computation still running for an older setting stops at its next mode
+        self._lock = threading.Lock()
+        self._one_at_a_time = threading.Lock()
+        self._wanted = 0  # generation of the latest request
+        self._timer = None
+        self.started = 0  # computations started by control changes
+        self.dropped = 0  # of those, stopped because the setting changed again
         for w in (self.budget, self.workload, self.scale, self.device):
-            w.observe(lambda _c: self.compute(), names="value")
+            w.observe(lambda _c: self.request(), names="value")
         self.widget = W.VBox([W.HBox([self.workload, self.scale, self.device]), self.budget,
                               W.HBox([self.progress, self.status]), self.error_box, self.output])
         self.widget.add_class("nogradlab-budget-explorer")
         self._shown = False
 
     verb = "computation"
+    #: seconds of quiet after the last change before a computation starts
+    debounce_s = 0.4
+
+    def _setting_text(self) -> str:
+        return (f"{self.workload.value} ({self.scale.value}) on {self.device.value}, "
+                f"{self.budget.value:.3g} GiB")
+
+    def request(self):
+        """A control changed: the shown result no longer applies, so it is cleared at once (never a
+        result under another setting's caption), the status says what is being computed, and the
+        computation starts after :attr:`debounce_s` seconds without another change, in a thread
+        (the kernel stays free for the next change). A computation for an older setting stops at
+        its next step and shows nothing."""
+        with self._lock:
+            self._wanted += 1
+            gen = self._wanted
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(self.debounce_s, self._compute_for, args=(gen,))
+            self._timer.daemon = True
+            self._timer.start()
+        self.error_box.value = ""
+        self.output.outputs = ()
+        self.status.value = (f"<span class='nogradlab-status nogradlab-pending'>computing for "
+                             f"{html.escape(self._setting_text())}...</span>")
+
+    def _stale(self, gen) -> bool:
+        return gen != self._wanted
+
+    def _compute_for(self, gen):
+        with self._one_at_a_time:
+            if self._stale(gen):
+                return
+            self.started += 1
+
+            def step(done, total, text):
+                if self._stale(gen):
+                    raise _Stale
+                self._step(done, total, text)
+
+            try:
+                dev = _check_budget_device(self.device.value)
+                res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
+                                      self.modes_, method=self.method, on_step=step,
+                                      cache=self._cache, allocator=self.allocator)
+            except _Stale:
+                self.dropped += 1
+                return
+            except Exception as e:  # noqa: BLE001 - shown in the widget, not as a traceback
+                if not self._stale(gen):
+                    self._failed(e)
+                return
+            if self._stale(gen):
+                self.dropped += 1
+                return
+            self._show_outputs(res, f"{res._caption()}, {res.seconds:.1f} s")
+
+    def _show_outputs(self, res, text):
+        """:meth:`_show` from any thread: the output widget's outputs set directly."""
+        self.runs += 1
+        self.result, self.error = res, None
+        self.progress.value = self.progress.max
+        self.status.value = (f"<span class='nogradlab-status'>{self.verb} #{self.runs}: "
+                             f"{html.escape(text)}</span>")
+        self.output.outputs = (
+            {"output_type": "display_data", "metadata": {},
+             "data": {"text/html": _html_table(*res._rows()) + res._notes_html(), "text/plain": text}},
+            {"output_type": "display_data", "metadata": {},
+             "data": {"image/png": base64.b64encode(res.png()).decode("ascii"), "text/plain": "chart"}})
+
+    def wait(self, timeout: float = 600.0) -> bool:
+        """Wait until no computation is pending or running (tests, scripts); False on timeout."""
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            t = self._timer
+            if (t is None or not t.is_alive()) and not self._one_at_a_time.locked():
+                return True
+            time.sleep(0.05)
+        return False
 
     def compute(self):
         """Recompute with the current control values; errors go to the error box."""

@@ -22,6 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "tests" / "data" / "explorer.ipynb"
+VERDICTS = ROOT / "tests" / "data" / "verdicts.ipynb"
+BUDGET = ROOT / "tests" / "data" / "budget.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if os.path.exists(p)),
                 None)
@@ -52,7 +54,8 @@ def lab(tmp_path):
     """A running JupyterLab serving a copy of the test notebook: yields (base url, token)."""
     root = tmp_path / "root"
     root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    for nb in (NOTEBOOK, VERDICTS, BUDGET):
+        shutil.copy(nb, root / nb.name)
     port, token = _free_port(), os.urandom(16).hex()
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTEST_CURRENT_TEST", "NOGRADLAB_LEDGER", "NOGRADLAB_INTERACTIVE")}
@@ -173,3 +176,81 @@ def test_explorer_runs_and_redraws_in_jupyterlab(lab):
     (ARTIFACTS / "browser_lab.json").write_text(json.dumps(
         {"seconds": round(seconds, 1), "statuses": statuses}, indent=1))
     print(f"browser test: {seconds:.1f} s in the browser")
+
+
+def _open_and_run_all(page, base, token, name):
+    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", state="visible")
+    page.locator(".jp-StatusBar-TextItem", has_text=re.compile(r"\| Idle$")).first.wait_for()
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_selector(".jp-OutputArea-output:has-text('all cells ran')")
+
+
+def _browser(p):
+    return p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def test_verdict_boxes_are_at_most_eight_lines_until_opened(lab):
+    """The tallest verdict boxes (C03, C20, C04, C25, C01) in JupyterLab at 1280 px: each is at most
+    8 lines of its own text tall before its details are opened, and no wider than its cell."""
+    base, token = lab
+    with sync_api.sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(300_000)  # five checks on 2 shared cores
+        try:
+            _open_and_run_all(page, base, token, VERDICTS.name)
+            boxes = page.locator(".jp-OutputArea-output .nogradlab-result")
+            assert boxes.count() == 5
+            sizes = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output .nogradlab-result')].map(b => {
+                const lh = parseFloat(getComputedStyle(b.firstElementChild).lineHeight);
+                const cell = b.closest('.jp-OutputArea-output').getBoundingClientRect().width;
+                return {lines: b.getBoundingClientRect().height / lh, width: b.getBoundingClientRect().width,
+                        cell: cell, text: b.innerText.slice(0, 60)}; })""")
+            for sz in sizes:
+                assert sz["lines"] <= 8, sz
+                assert sz["width"] <= sz["cell"] + 1, sz
+            boxes.nth(1).locator("summary").first.click()  # opened, the details are one click away
+            assert "Rule." in boxes.nth(1).inner_text()
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "browser_verdicts.png"), full_page=True)
+            browser.close()
+
+
+def test_budget_slider_bursts_compute_once_and_never_show_a_stale_result(lab):
+    """Four arrow-key presses on the budget slider: the old table is gone at once, the status names
+    the new setting, one computation runs for the last value, and it is done within about one
+    computation's time of the last press (the first computation's time, measured here, is the yardstick)."""
+    base, token = lab
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = _browser(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(240_000)
+        try:
+            started = time.monotonic()
+            _open_and_run_all(page, base, token, BUDGET.name)
+            page.wait_for_selector(".nogradlab-budget-explorer .nogradlab-status:has-text('computation #1')")
+            first = time.monotonic() - started  # an upper bound of one computation (it includes the start)
+            slider = page.locator(".nogradlab-budget-explorer .widget-slider .ui-slider-handle, "
+                                  ".nogradlab-budget-explorer .noUi-handle").first
+            slider.focus()
+            for _ in range(4):
+                page.keyboard.press("ArrowRight")
+                page.wait_for_timeout(150)
+            last = time.monotonic()
+            # at once: no table under the old caption
+            page.wait_for_selector(".nogradlab-budget-explorer .nogradlab-pending")
+            assert page.locator(".nogradlab-budget-explorer .jp-OutputArea-output table").count() == 0
+            page.wait_for_selector(".nogradlab-budget-explorer .nogradlab-status:has-text('computation #2')")
+            done = time.monotonic() - last
+            status = page.locator(".nogradlab-budget-explorer .nogradlab-status").inner_text()
+            readout = page.locator(".nogradlab-budget-explorer .widget-readout").first.inner_text()
+            assert f"{float(readout):.2f} GiB" in status, (status, readout)  # the result is the last setting's
+            assert done <= first + 5, (done, first)
+            page.wait_for_timeout(2000)  # nothing else comes: the stale requests were dropped
+            assert "computation #3" not in page.locator(".nogradlab-budget-explorer").inner_text()
+        finally:
+            page.screenshot(path=str(ARTIFACTS / "browser_budget.png"), full_page=True)
+            browser.close()

@@ -334,35 +334,83 @@ class Result:
 
     @property
     def reading(self) -> str:
-        """One line that follows from the printed numbers: the judge's own, or the verdict in words."""
+        """One sentence that follows from the printed numbers: the judge's own, else the measured
+        summary's first sentence."""
         if self.reading_text:
             return self.reading_text
-        fig = f" the article's {self.figure}" if self.figure else " the article's statement"
-        return {"holds": f"The measurements agree with{fig}.",
-                "does not hold": f"The measurements disagree with{fig}.",
-                "depends": f"The measurements agree with{fig} under some conditions only (see below).",
-                "inconclusive": "Some measurements are too noisy to decide (see below).",
-                "not testable": "The statistic has no source to test; the mechanism behind it is measured.",
-                "needs re-measuring": "These measurements lack what today's rule needs.",
-                }.get(self.verdict, self.verdict)
+        import re
+
+        first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(self.summary.split()), maxsplit=1)[0]
+        return first if len(first) <= 240 else first[:239] + "\u2026"
 
     def _repr_html_(self) -> str:
+        """A compact box: the verdict and the answer in one sentence (numbers included), the article's
+        figure and what the verdict stands on in one small line, a one-line count of the judged
+        conditions; the rule, the full measured summary, the conditions and the measurements one
+        click away (rounded, never wider than the cell)."""
         import html
 
         colour = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
                   "inconclusive": "#8250df", "not testable": "#57606a",
                   "needs re-measuring": "#57606a"}.get(self.verdict, "#000")
-        fig = f"<br><i>article's figure:</i> {html.escape(self.figure)}" if self.figure else ""
-        rule = (f"<br><i>rule:</i> {html.escape(self.rule)}" if self.rule else "")
-        scope = (f"<br><i>evidence:</i> {html.escape(self.scope.get('text', ''))}" if self.scope else "")
-        where = html.escape(_device.label(self.device)) if self.device else ""
-        return (f"<div class='nogradlab-result' style='border-left:4px solid {colour};padding:4px 8px'>"
-                f"<b>{self.id}</b> <span style='color:{colour};font-weight:bold'>{self.verdict}</span>"
-                f" &mdash; {html.escape(self.paraphrase)}{fig}"
-                f"<br><b>{html.escape(self.reading)}</b>{rule}"
-                f"<br><i>measured:</i> {html.escape(self.summary)}{scope}"
-                f"<br><small>{where}, scale {html.escape(self.scale)}, {self.seconds:.1f} s</small>"
-                f"<details><summary>measurements</summary>{_evidence_html(self.measurements)}</details></div>")
+        e = html.escape
+        small = []
+        if self.figure:
+            small.append(f"article: {e(self.figure)}")
+        basis = (self.scope or {}).get("basis")
+        if basis:
+            small.append({"measured": "measured here", "estimated": "estimated for a GPU",
+                          "reference": f"on the reference GPU ({e(str((self.scope or {}).get('machine') or ''))})",
+                          "estimated + reference": "estimated + reference GPU"}.get(basis, e(basis)))
+        if self.local:
+            small.append(f"on your machine: {e(self.local.get('verdict', ''))}")
+        counts = {}
+        for c in self.conditions or []:
+            r = c.get("reading")
+            if r:
+                counts[r] = counts.get(r, 0) + 1
+        if counts:
+            plural = {"agrees": "agree", "disagrees": "disagree"}
+            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}" for w, n in counts.items())
+                         + f" of {sum(counts.values())} conditions")
+        where = e(_device.label(self.device)) if self.device else ""
+        small.append(f"{where}, scale {e(self.scale)}, {self.seconds:.1f} s")
+        conds = ""
+        if self.conditions:
+            rows = "".join(
+                f"<tr><td>{e(str(c.get('condition', '')))}</td><td>{e(_fmt_num(c.get('value')))}</td>"
+                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}</td></tr>"
+                for c in self.conditions if isinstance(c, dict))
+            conds = (f"<p><b>Conditions</b></p><table><thead><tr><th>condition</th><th>value</th><th>95 % CI</th>"
+                     f"<th>reading</th></tr></thead><tbody>{rows}</tbody></table>")
+        box = ("max-width:100%;box-sizing:border-box;overflow-wrap:anywhere;"
+               f"border-left:4px solid {colour};padding:4px 8px;line-height:1.4")
+        inner = "max-width:100%;overflow-x:auto;font-size:90%"
+        return (f"<div class='nogradlab-result' style='{box}'>"
+                f"<div><b>{self.id}</b> <span style='color:{colour};font-weight:bold'>{self.verdict}</span>"
+                f" &mdash; {e(self.reading)}</div>"
+                f"<div class='nogradlab-result-meta' style='font-size:85%;color:#57606a'>{' &middot; '.join(small)}</div>"
+                f"<details><summary style='cursor:pointer;font-size:85%'>rule, measured figures, evidence</summary>"
+                f"<div style='{inner}'><p><i>{e(self.paraphrase)}</i></p><p><b>Rule.</b> {e(self.rule)}</p>"
+                f"<p><b>Measured.</b> {e(self.summary)}</p>{conds}"
+                f"<details><summary>measurements</summary>{_evidence_html(self.measurements)}</details>"
+                f"</div></details></div>")
+
+
+def _fmt_num(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return "" if v is None else str(v)
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return "n/a"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _fmt_ci(ci) -> str:
+    if not ci or not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        return ""
+    return f"[{_fmt_num(ci[0])}, {_fmt_num(ci[1])}]"
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,16 +480,29 @@ def _evidence_html(ev, depth: int = 0) -> str:
             cols = list(dict.fromkeys(c for r in v for c in r))
             head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
             body = "".join("<tr>" + "".join(
-                f"<td>{html.escape(_fmt_value(c, r.get(c)) if not isinstance(r.get(c), (dict, list)) else json.dumps(r.get(c), default=_jsonable))}</td>"
+                f"<td>{html.escape(_fmt_value(c, r.get(c)) if not isinstance(r.get(c), (dict, list)) else json.dumps(_rounded(r.get(c)), default=_jsonable))}</td>"
                 for c in cols) + "</tr>" for r in v)
             cell = (f"<details><summary>{len(v)} rows</summary><table><thead><tr>{head}</tr></thead>"
                     f"<tbody>{body}</tbody></table></details>")
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            cell = html.escape("[" + ", ".join(_fmt_num(x) for x in v) + "]")
         elif isinstance(v, (list, tuple, dict)):
-            cell = f"<code>{html.escape(json.dumps(v, default=_jsonable))}</code>"
+            cell = f"<code>{html.escape(json.dumps(_rounded(v), default=_jsonable))}</code>"
         else:
             cell = html.escape(_fmt_value(k, v))
         rows.append(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{cell}</td></tr>")
     return f"<table>{''.join(rows)}</table>"
+
+
+def _rounded(v):
+    """``v`` with every float cut to 4 significant digits (for display only)."""
+    if isinstance(v, float):
+        return float(f"{v:.4g}")
+    if isinstance(v, dict):
+        return {k: _rounded(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_rounded(x) for x in v]
+    return v
 
 
 def _jsonable(o):
