@@ -111,12 +111,15 @@ def _draw_graph(ax, tensor, title):
     ax.set_ylim(-0.05, 1)
 
 
-def autograd_graph(tensor, title: "str | None" = None, **more) -> Figure:
-    """Draw the graph autograd recorded behind ``tensor`` (and behind each keyword tensor, side by
-    side, titled by its keyword): one box per node of ``grad_fn.next_functions``, leaves in green,
-    and under each node the tensors it saved for backward. ``autograd_graph(grad_on=y, no_grad=y2)``."""
-    panels = ([(title or "the graph behind the tensor", tensor)] if tensor is not None else []) + \
-        [(k.replace("_", " "), t) for k, t in more.items()]
+def autograd_graph(*tensors, title: "str | None" = None, **named) -> Figure:
+    """Draw the graph autograd recorded behind each tensor, side by side: one box per node of
+    ``grad_fn.next_functions`` (leaves in green) and under each node the tensors it saved for
+    backward. Keyword tensors are titled by their keyword: ``autograd_graph(grad_on=y, no_grad=y2)``;
+    a tensor with ``grad_fn`` None shows that nothing was recorded."""
+    panels = [(title or "the graph behind the tensor", t) for t in tensors] + \
+        [(k.replace("_", " "), t) for k, t in named.items()]
+    if not panels:
+        raise TypeError("autograd_graph() needs at least one tensor")
     fig = Figure(figsize=(4.2 * len(panels), 4.2))
     for i, (name, t) in enumerate(panels):
         _draw_graph(fig.add_subplot(1, len(panels), i + 1), t, name)

@@ -47,79 +47,84 @@ def _(count):
 
 
 # ---------------------------------------------------------------------------------------------- 02.2
-# code: saved_bytes(fn) -> the bytes autograd keeps for backward while fn() runs, each storage once
+# code: count_nodes(t) -> how many distinct nodes autograd recorded behind t (its grad_fn and everything
+# reachable through next_functions, the leaves' AccumulateGrad nodes included); 0 when nothing was recorded
 
-def _counts_every_tensor(fn):
-    total = [0]
-
-    def pack(t):
-        total[0] += t.numel() * t.element_size()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return total[0]
+def _counts_paths(t):
+    def walk(node):
+        if node is None:
+            return 0
+        return 1 + sum(walk(n) for n, _ in node.next_functions)
+    return walk(t.grad_fn)
 
 
-def _counts_elements(fn):
-    seen = {}
-
-    def pack(t):
-        seen[t.untyped_storage().data_ptr()] = t.numel()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values())
+def _direct_only(t):
+    return 1 + sum(n is not None for n, _ in t.grad_fn.next_functions)
 
 
-def _runs_under_no_grad(fn):
-    seen = {}
-
-    def pack(t):
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.no_grad():
-        fn()
-    return sum(seen.values())
-
-
-@exercise("02.2", kind="code", wrong=[(_counts_every_tensor, "twice"), (_counts_elements, "elements"),
-                                       (_runs_under_no_grad, "under no_grad")])
-def saved_bytes(fn):
-    storages = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        storages[s.data_ptr()] = s.nbytes()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
+def _skips_leaves(t):
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo += [n for n, _ in node.next_functions]
+    return sum(type(n).__name__ != "AccumulateGrad" for n in seen)
 
 
-@saved_bytes.judge
+def _crashes_on_none(t):
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        todo += [n for n, _ in node.next_functions if n is not None]
+    return len(seen)
+
+
+@exercise("02.2", kind="code", wrong=[(_counts_paths, "twice"), (_direct_only, "recursively"),
+                                       (_skips_leaves, "AccumulateGrad"), (_crashes_on_none, "return 0")])
+def count_nodes(t):
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo += [n for n, _ in node.next_functions]
+    return len(seen)
+
+
+@count_nodes.judge
 def _(fn):
     if not callable(fn):
-        return f"the answer should be a function saved_bytes(fn), not a {type(fn).__name__}"
-    x = torch.randn(64, requires_grad=True)
-    cases = {"x * x": lambda: x * x, "torch.sigmoid(x)": lambda: torch.sigmoid(x),
-             "(x * 3).sum()": lambda: (x * 3).sum()}
-    for name, case in cases.items():
-        got, want = fn(case), saved_bytes.reference(case)
-        if not isinstance(got, int) and not (isinstance(got, float) and got.is_integer()):
-            return f"saved_bytes returned a {type(got).__name__} for {name}; return a number of bytes"
+        return f"the answer should be a function count_nodes(t), not a {type(fn).__name__}"
+    x = torch.randn(3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    graphs = {"(x * w + x).sum()": (x * w + x).sum(), "torch.relu(x * 2).mean()": torch.relu(x * 2).mean()}
+    for name, t in graphs.items():
+        got, want = fn(t), count_nodes.reference(t)
         if got == want:
             continue
-        if got == 0:
-            return (f"0 bytes for {name}: the function ran under no_grad (or without the hook), where "
-                    "nothing is saved; count with grad on")
-        if got == want // 4:
-            return f"{got} for {name}: that counts elements; multiply by element_size() (4 bytes a float32)"
-        if got > want:
-            return (f"{got} bytes for {name}, expected {want}: x * x saves x twice, but it is one storage; "
-                    "count each untyped_storage() once (key a dict by its data_ptr())")
-        return f"{got} bytes for {name}, expected {want}"
+        if isinstance(got, int) and got > want:
+            return (f"{got} nodes for {name}, expected {want}: a node reached by two paths (x feeds the product and "
+                    "the addition) was counted twice; keep a set of the nodes already seen")
+        if got == 1 + sum(n is not None for n, _ in t.grad_fn.next_functions):
+            return (f"{got} for {name}: that is grad_fn and its direct inputs only; walk next_functions "
+                    "recursively, down to the leaves")
+        if got == want - 2 or got == want - 1:
+            return (f"{got} for {name}, expected {want}: the leaves' AccumulateGrad nodes are nodes too (each leaf "
+                    "that requires grad has one, reached through next_functions)")
+        return f"{got} nodes for {name}, expected {want}"
+    with torch.no_grad():
+        untracked = x * w
+    try:
+        got = fn(untracked)
+    except AttributeError:
+        got = "an AttributeError"
+    if got != 0:
+        return (f"for a tensor made under no_grad it gave {got}: its grad_fn is None, nothing was recorded; "
+                "return 0")
     return None
