@@ -2,10 +2,14 @@
 
 Each notebook 01-09 opens with learning goals and prerequisites; teaches each of its claims as
 "The article says / See it (plain PyTorch) / Measure it (claims.check) / In your code"; and ends with
-a Summary, an "In your code" recipe, two or three exercises (answer cell, check cell, collapsed
-solution cell that the papermill tests run) and references to the PyTorch documentation. Every
-notebook 00-09 starts with the same first code cell and carries Colab/Binder badges for the
-repository named in pyproject.toml. (Execution itself is tested in test_notebooks.py.)
+a Summary, an "In your code" recipe, two or three exercises from the bank in nogradlab/exercises
+(answer cell, check cell, collapsed solution cell that the papermill tests run; at least one "code"
+and one "predict" exercise per notebook) and references to the PyTorch documentation. Plain-PyTorch
+code cells outnumber the cells that call nogradlab, and every lesson draws at least one concept
+diagram. Every notebook 00-09 starts with the same short setup cell, carries Colab/Binder badges for
+the repository named in pyproject.toml, and has nothing but the title, that cell and the parameters
+before its goals. Headings are words; claim ids sit in small print after them. Glossary links point
+at anchors in 00_index. (Execution itself is tested in test_notebooks.py.)
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nogradlab import claims
+from nogradlab import claims, exercises
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -152,17 +156,35 @@ def test_ends_with_summary_recipe_exercises_references(stem):
     assert len(links) >= 2, f"{stem}: References link {len(links)} PyTorch documentation page(s); need >= 2"
 
 
-def exercise_problems(nb) -> list:
-    """What is wrong with a notebook's `## Exercises` section ([] when nothing)."""
+EX_CHECK_RE = re.compile(r"""^exercises\.check\(\s*["'](\d\d\.\d+)["']\s*,\s*answer_(\d+)\s*\);?\s*$""", re.M)
+EX_SOLUTION_RE = re.compile(r"""^\s*exercises\.solution\(\s*["'](\d\d\.\d+)["']\s*\)\s*;?\s*$""")
+
+
+def _code_lines(src: str) -> str:
+    """The source without comment lines, blank lines and `from nogradlab import exercises`."""
+    return "\n".join(ln for ln in src.split("\n") if ln.strip() and not ln.lstrip().startswith("#")
+                     and ln.strip() != "from nogradlab import exercises")
+
+
+def exercise_problems(nb, prefix: str) -> list:
+    """What is wrong with a notebook's `## Exercises` section ([] when nothing). Each `### Exercise N: title`
+    sub-section holds, in order, the learner's cell (tag `exercise`, `answer_N = ...`), the check (tag
+    `exercise-check`, only `exercises.check("NN.k", answer_N)`), optional cells to run after predicting
+    (tag `exercise-run`) and the collapsed solution (tag `solution`, only `exercises.solution("NN.k")`).
+    Every exercise is declared in the bank under this notebook's prefix, and every declared one is used."""
     s, e = _section(nb, "## Exercises")
     cells = nb.cells[s:e]
     starts = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
               and re.match(r"### Exercise \d+: \S", c.source.lstrip())]
     problems = [] if 2 <= len(starts) <= 3 else [f"{len(starts)} '### Exercise N: title' sub-sections; need 2-3"]
+    if "exercises.show(" not in cells[0].source:
+        problems.append("the '## Exercises' cell must tell the learner about exercises.show(...)")
+    used = []
     for k, i in enumerate(starts):
         n = re.match(r"### Exercise (\d+)", cells[i].source.lstrip()).group(1)
         sub = cells[i + 1: starts[k + 1] if k + 1 < len(starts) else len(cells)]
-        kinds = [next((t for t in ("exercise", "exercise-check", "solution") if t in _tags(c)), None) for c in sub]
+        kinds = [next((t for t in ("exercise", "exercise-check", "exercise-run", "solution") if t in _tags(c)), None)
+                 for c in sub]
         if kinds.count("exercise") != 1 or kinds.count("exercise-check") != 1 or kinds.count("solution") != 1:
             problems.append(f"exercise {n}: needs one cell each tagged exercise, exercise-check, solution; "
                             f"found {kinds}")
@@ -170,36 +192,47 @@ def exercise_problems(nb) -> list:
         ans, chk, sol = (sub[kinds.index(t)] for t in ("exercise", "exercise-check", "solution"))
         if not kinds.index("exercise") < kinds.index("exercise-check") < kinds.index("solution"):
             problems.append(f"exercise {n}: order must be exercise, exercise-check, solution")
+        if any(t == "exercise-run" and not kinds.index("exercise-check") < j < kinds.index("solution")
+               for j, t in enumerate(kinds)):
+            problems.append(f"exercise {n}: a cell to run after predicting sits between the check and the solution")
         if not re.search(rf"^answer_{n}\s*=\s*\.\.\.", ans.source, re.M):
             problems.append(f"exercise {n}: the exercise cell must start the answer as `answer_{n} = ...`")
-        if not re.search(rf"def test_{n}\(", chk.source) or \
-                not re.search(rf"""exercises\.check\(\s*["']{n}["']\s*,\s*answer_{n}\s*,\s*test_{n}""", chk.source):
-            problems.append(f"exercise {n}: the check cell defines test_{n} and calls "
-                            f"exercises.check('{n}', answer_{n}, test_{n}, hint=...)")
+        m = EX_CHECK_RE.search(_code_lines(chk.source))
+        if not m or m.group(2) != n or _code_lines(chk.source).count("\n") > 0:
+            problems.append(f"exercise {n}: the check cell holds only exercises.check('{prefix}.k', answer_{n})")
+            continue
+        eid = m.group(1)
+        if not eid.startswith(prefix + "."):
+            problems.append(f"exercise {n}: {eid} is not one of notebook {prefix}'s exercises")
+        sm = EX_SOLUTION_RE.fullmatch(_code_lines(sol.source))
+        if not sm or sm.group(1) != eid:
+            problems.append(f"exercise {n}: the solution cell holds only exercises.solution('{eid}')")
         if sol.get("metadata", {}).get("jupyter", {}).get("source_hidden") is not True:
             problems.append(f"exercise {n}: the solution cell must be collapsed (jupyter.source_hidden true)")
-        if not sol.source.startswith("# Solution (click to expand)") or not re.search(
-                rf"""exercises\.check\(\s*["']{n}["']\s*,\s*solution_{n}\s*,\s*test_{n}\s*,\s*strict=True""",
-                sol.source):
-            problems.append(f"exercise {n}: the solution starts '# Solution (click to expand)' and calls "
-                            f"exercises.check('{n}', solution_{n}, test_{n}, strict=True)")
+        used.append(eid)
+    declared = sorted(ex.id for ex in exercises.all_exercises() if ex.id.startswith(prefix + "."))
+    if sorted(used) != declared:
+        problems.append(f"the notebook uses exercises {sorted(used)}; the bank declares {declared} for {prefix}")
+    kinds = {exercises.get(x).kind for x in used if x in declared}
+    for kind in ("code", "predict"):
+        if kind not in kinds:
+            problems.append(f"no {kind!r} exercise (kinds used: {sorted(kinds)})")
     return problems
 
 
 @pytest.mark.parametrize("stem", LESSONS)
-def test_exercises_have_answer_check_and_collapsed_solution(stem):
-    problems = exercise_problems(_nb(stem))
+def test_exercises_come_from_the_bank_with_code_and_predict(stem):
+    problems = exercise_problems(_nb(stem), stem[:2])
     assert not problems, f"{stem}:\n" + "\n".join(problems)
 
 
-def _exercise_nb(solution_meta=None, solution_src="# Solution (click to expand)\nsolution_1 = 2\n"
-                 "exercises.check('1', solution_1, test_1, strict=True)"):
+def _exercise_nb(solution_meta=None, solution_src='exercises.solution("01.{n}")', check_src=None):
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    cells = [md("## Exercises")]
-    for n in (1, 2):
-        a, c = code(f"answer_{n} = ..."), code(f"def test_{n}(a):\n    return a == 2\n"
-                                               f"exercises.check('{n}', answer_{n}, test_{n}, hint='2')")
-        s = code(solution_src.replace("_1", f"_{n}").replace("'1'", f"'{n}'"))
+    cells = [md("## Exercises\n\n`exercises.show(\"01.1\")` prints a solution.")]
+    for n in (1, 2, 3):
+        a = code(f"answer_{n} = ...")
+        c = code(check_src.format(n=n) if check_src else f'exercises.check("01.{n}", answer_{n})')
+        s = code(solution_src.format(n=n))
         a.metadata["tags"], c.metadata["tags"], s.metadata["tags"] = ["exercise"], ["exercise-check"], ["solution"]
         s.metadata["jupyter"] = {"source_hidden": True} if solution_meta is None else solution_meta
         cells += [md(f"### Exercise {n}: two"), a, c, s]
@@ -207,18 +240,60 @@ def _exercise_nb(solution_meta=None, solution_src="# Solution (click to expand)\
 
 
 def test_exercise_problems_catches_what_it_should():
-    assert exercise_problems(_exercise_nb()) == []
-    assert any("collapsed" in p for p in exercise_problems(_exercise_nb(solution_meta={})))
-    assert any("strict=True" in p for p in exercise_problems(_exercise_nb(
-        solution_src="# Solution (click to expand)\nsolution_1 = 2")))
+    assert exercise_problems(_exercise_nb(), "01") == []
+    assert any("collapsed" in p for p in exercise_problems(_exercise_nb(solution_meta={}), "01"))
+    assert any("only exercises.solution" in p for p in exercise_problems(_exercise_nb(
+        solution_src='exercises.solution("01.{n}")\nprint("the answer")'), "01"))
+    # the old form, a test written in the notebook
+    assert any("only exercises.check" in p for p in exercise_problems(_exercise_nb(
+        check_src='def test_{n}(a):\n    return a == 2\nexercises.check("{n}", answer_{n}, test_{n})'), "01"))
+    assert any("bank declares" in p for p in exercise_problems(_exercise_nb(), "02"))
+
+
+def test_every_lesson_has_code_and_predict_exercises_in_the_bank():
+    kinds: dict = {}
+    for ex in exercises.all_exercises():
+        kinds.setdefault(ex.id[:2], set()).add(ex.kind)
+    missing = {stem: sorted({"code", "predict"} - kinds.get(stem[:2], set())) for stem in LESSONS}
+    missing = {k: v for k, v in missing.items() if v}
+    assert not missing, f"exercise kinds missing in nogradlab/exercises: {missing}"
 
 
 # --------------------------------------------------------------------------------------------
 # lessons 01-09: each claim taught before it is measured
 
 
+SMALL_IDS = re.compile(r"<small>\(([CX]\d\d(?:, [CX]\d\d)*)\)</small>\s*$")
+
+
+def _heading_ids(heading: str) -> list:
+    """The claim ids a heading names in small print at its end: '## Words <small>(C01, C02)</small>'."""
+    m = SMALL_IDS.search(heading)
+    return m.group(1).split(", ") if m else []
+
+
+def heading_problems(nb) -> list:
+    """`## ` and `### ` headings that start with a claim id, or name one outside the small print."""
+    out = []
+    for c in nb.cells:
+        if c.cell_type != "markdown":
+            continue
+        for ln in c.source.split("\n"):
+            if re.match(r"#{2,3} ", ln):
+                words = SMALL_IDS.sub("", ln)
+                if re.search(r"\b[CX]\d\d\b", words):
+                    out.append(ln)
+    return out
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_headings_are_words_with_claim_ids_in_small_print(stem):
+    bad = heading_problems(_nb(stem))
+    assert not bad, f"{stem}: headings must be words, the claim ids in small print at the end: {bad}"
+
+
 def claim_problems(nb, claim_ids) -> list:
-    """For each claim: a `## ` section naming it; in it, before the check, the article's words and a plain-
+    """For each claim: a `## ` section naming it in small print (`<small>(C01)</small>`); in it, before the check, the article's words and a plain-
     PyTorch code cell (torch used directly, nogradlab.claims not called) placed after the previous claim's
     check; the four lead-ins in order; the check itself."""
     problems = []
@@ -234,8 +309,8 @@ def claim_problems(nb, claim_ids) -> list:
             continue
         at = checks[cid]
         sec = [(h, s, e) for h, s, e in sections if s < at < e]
-        if not sec or not re.search(rf"\b{cid}\b", sec[0][0].split(":")[0]):
-            problems.append(f"{cid}: its check must sit in a section headed '## {cid}: ...' (or '## ..., {cid}: ...')")
+        if not sec or cid not in _heading_ids(sec[0][0]):
+            problems.append(f"{cid}: its check must sit in a section headed '## A question in words <small>({cid})</small>'")
             continue
         _, s, e = sec[0]
         before = [checks[o] for o in checks if s < checks[o] < at]
@@ -284,21 +359,24 @@ def test_claim_problems_needs_a_plain_torch_cell_per_claim():
     def nb(*cells):
         return nbformat.v4.new_notebook(cells=[md("# t"), *cells, md("## Summary")])
 
-    good = nb(md("## C01, C02: two claims"), article(), see(), code("y = torch.ones(2) * 3\nprint(y.grad_fn)"),
+    good = nb(md("## Two claims <small>(C01, C02)</small>"), article(), see(), code("y = torch.ones(2) * 3\nprint(y.grad_fn)"),
               measure(), code("claims.check('C01', device=device)"), see(), code("print(torch.is_grad_enabled())"),
               measure(), code("claims.check('C02', device=device)"), yours())
     assert claim_problems(good, ["C01", "C02"]) == []
     # C02's only torch cell sits before C01's check: C02 is not taught in its own part
-    shared = nb(md("## C01, C02: two claims"), article(), see(), code("y = torch.ones(2) * 3"), measure(),
+    shared = nb(md("## Two claims <small>(C01, C02)</small>"), article(), see(), code("y = torch.ones(2) * 3"), measure(),
                 code("claims.check('C01', device=device)"), see(), measure(),
                 code("claims.check('C02', device=device)"), yours())
     assert any(p.startswith("C02: no plain-PyTorch") for p in claim_problems(shared, ["C01", "C02"]))
     # a cell that calls claims does not count as plain PyTorch
-    via_claims = nb(md("## C01: one"), article(), see(), code("r = claims.get('C01'); torch.ones(1)"), measure(),
+    via_claims = nb(md("## One <small>(C01)</small>"), article(), see(), code("r = claims.get('C01'); torch.ones(1)"), measure(),
                     code("claims.check('C01', device=device)"), yours())
     assert any("no plain-PyTorch" in p for p in claim_problems(via_claims, ["C01"]))
     assert any("section headed" in p for p in claim_problems(
         nb(md("## Something"), code("torch.ones(1)"), code("claims.check('C01')")), ["C01"]))
+    assert any("section headed" in p for p in claim_problems(   # the id at the front: not the small print
+        nb(md("## C01: something"), code("torch.ones(1)"), code("claims.check('C01')")), ["C01"]))
+    assert heading_problems(nb(md("## C01: words"), md("## Words <small>(C01)</small>"))) == ["## C01: words"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,3 +444,155 @@ def test_ends_with_a_link_to_the_next_notebook(stem):
     last = _nb(stem).cells[-1]
     assert last.cell_type == "markdown" and re.search(rf"\]\({nxt}\.ipynb\)", last.source), \
         f"{stem}: the last cell must be a markdown line linking {nxt}.ipynb"
+
+
+# --------------------------------------------------------------------------------------------
+# PyTorch in front: plain-PyTorch cells outnumber the cells that call nogradlab
+
+IMPORT_RE = re.compile(r"^\s*from nogradlab(?:\.\w+)* import ([\w, ()]+)", re.M)
+TORCH_RE = re.compile(r"\b(torch|torchvision|nn|F)\.\w")
+
+
+def _package_names(nb) -> set:
+    """The names a notebook imports from nogradlab (`from nogradlab import claims, plots` ...)."""
+    names = set()
+    for c in nb.cells:
+        if c.cell_type == "code":
+            for m in IMPORT_RE.finditer(c.source):
+                names |= {n.strip(" ()") for n in m.group(1).split(",") if n.strip(" ()")}
+    return names
+
+
+def _is_exercise_plumbing(cell) -> bool:
+    return bool({"exercise-check", "solution"} & set(_tags(cell))) or \
+        "exercises.check(" in cell.source or "exercises.solution(" in cell.source
+
+
+def cell_counts(nb) -> tuple:
+    """(plain-PyTorch code cells, code cells that call nogradlab), exercise checks and solutions left out.
+    A cell calls nogradlab when it names the package, loads or uses its magics, or uses a name imported
+    from it. Every other code cell is plain PyTorch, except the parameters and the learner's answer
+    cells, which count only when they use torch themselves (torch., nn., torchvision.)."""
+    names = _package_names(nb)
+    name_re = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\s*[.(]") if names else None
+    plain = package = 0
+    for c in nb.cells:
+        if c.cell_type != "code" or _is_exercise_plumbing(c):
+            continue
+        src = c.source
+        calls = ("nogradlab" in src or re.search(r"^%%?(memory|modes)\b", src, re.M)
+                 or (name_re is not None and name_re.search(src)))
+        if calls:
+            package += 1
+        elif TORCH_RE.search(src) or not ({"parameters", "exercise"} & set(_tags(c))):
+            plain += 1
+    return plain, package
+
+
+def test_cell_counts_sees_what_it_should():
+    code = nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        code("from nogradlab import claims, plots\nfrom nogradlab.show import size"),   # package
+        code("y = torch.ones(2) * 3"),                                                # plain
+        code("print(size(torch.ones(2).nbytes))"),                                    # package: size()
+        code("%%memory --device cpu\nout = net(x)"),                                  # package: the magic
+        code("r = claims.check('C01')\nr"),                                           # package
+        code("exercises.check('01.1', answer_1)"),                                    # left out
+        code("answer_1 = ..."),                                                        # neither (below)
+        code("model = nn.Sequential(nn.Linear(2, 2))"),                               # plain
+        code("loss = model(x).sum()\nloss.backward()"),                               # plain
+        code('device = "cpu"'),                                                        # neither (below)
+    ])
+    nb.cells[6].metadata["tags"], nb.cells[9].metadata["tags"] = ["exercise"], ["parameters"]
+    assert cell_counts(nb) == (3, 4)
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_plain_pytorch_cells_outnumber_package_cells(stem):
+    plain, package = cell_counts(_nb(stem))
+    assert plain > package, f"{stem}: {plain} plain-PyTorch code cells, {package} cells calling nogradlab " \
+        "(exercise checks and solutions not counted); show more in plain PyTorch"
+
+
+# --------------------------------------------------------------------------------------------
+# a picture for each idea
+
+DIAGRAM_RE = re.compile(r"\bdiagrams\.\w+\(|\bplt\.\w+\(|\.add_subplot\(|\bsubplots\(")
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_every_lesson_draws_a_concept_diagram(stem):
+    drawn = [i for i, c in enumerate(_nb(stem).cells) if c.cell_type == "code" and DIAGRAM_RE.search(c.source)
+             and not _is_exercise_plumbing(c)]
+    assert drawn, f"{stem}: no code cell draws a concept diagram (nogradlab.diagrams.* or matplotlib)"
+
+
+def test_diagrams_draw_from_plain_pytorch_objects():
+    import threading
+
+    import torch
+
+    from nogradlab import allocator, diagrams
+
+    lin = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    y = torch.relu(lin(x))
+    with torch.no_grad():
+        y2 = torch.relu(lin(x))
+    nodes = diagrams.graph_nodes(y)
+    assert [n for _, n, _, _ in nodes][:2] == ["ReluBackward0", "AddmmBackward0"]
+    assert nodes[0][2][0][:2] == ("result", (2, 3)) and diagrams.graph_nodes(y2) == []
+    figs = [diagrams.autograd_graph(grad_on=y, no_grad=y2),
+            diagrams.grad_mode_timeline([(threading.current_thread().name, "here", True), ("w", "there", False)]),
+            diagrams.eval_grad_grid({(m, g): y for m in ("train", "eval") for g in (True, False)})]
+    a = allocator.Allocator()
+    b = [a.malloc(5 * 2**20) for _ in range(4)]
+    a.free(b[0])
+    figs.append(diagrams.allocator_segments(a.snapshot()))
+    for f in figs:
+        assert f._repr_png_()[:4] == b"\x89PNG"
+
+
+# --------------------------------------------------------------------------------------------
+# the opening: title, one setup cell, the parameters, then the goals
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_nothing_but_setup_and_parameters_before_the_goals(stem):
+    nb = _nb(stem)
+    goals = next(i for i, c in enumerate(nb.cells) if _h2(c) == "## Learning goals")
+    before = nb.cells[1:goals]
+    kinds = ["parameters" if "parameters" in _tags(c) else c.cell_type for c in before]
+    assert kinds == ["code", "parameters"], f"{stem}: before the goals come the title, one setup cell and the " \
+        f"parameters; found {kinds}"
+    setup = before[0].source
+    assert len(setup.split("\n")) <= 10, f"{stem}: the setup cell is {len(setup.splitlines())} lines; keep it short"
+    assert not re.search(r"^\s*print\(", setup, re.M), f"{stem}: the setup cell prints nothing until it is needed"
+
+
+# --------------------------------------------------------------------------------------------
+# the glossary in 00_index, linked from the lessons
+
+GLOSSARY_LINK = re.compile(r"\]\(00_index\.ipynb#([\w-]+)\)")
+ANCHOR = re.compile(r"<a id=\"([\w-]+)\"")
+
+
+def _anchors() -> set:
+    return {a for c in _nb("00_index").cells if c.cell_type == "markdown" for a in ANCHOR.findall(c.source)}
+
+
+def test_index_has_a_glossary_with_anchors():
+    nb = _nb("00_index")
+    s, e = _section(nb, "## Glossary")
+    text = "\n".join(c.source for c in nb.cells[s:e])
+    found = set(ANCHOR.findall(text))
+    for term in ("fake-tensor", "virtual-cuda-device", "distinct-storages", "iqr", "paired-bootstrap",
+                 "scale-tiny", "caching-allocator", "inference-mode"):
+        assert term in found, f"the glossary has no <a id=\"{term}\"> entry"
+
+
+@pytest.mark.parametrize("stem", LESSONS)
+def test_glossary_links_resolve(stem):
+    anchors = _anchors()
+    links = {a for c in _nb(stem).cells if c.cell_type == "markdown" for a in GLOSSARY_LINK.findall(c.source)}
+    assert links <= anchors, f"{stem}: links to glossary entries that do not exist: {sorted(links - anchors)}"

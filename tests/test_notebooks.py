@@ -194,9 +194,11 @@ def _run_first_cell(cwd, prelude: str = "") -> subprocess.CompletedProcess:
 
 def test_import_cell_finds_the_checkout_without_installation():
     """nogradlab not installed, run from notebooks/: the first cell imports it from the checkout."""
-    proc = _run_first_cell(NB_DIR, _NO_NOGRADLAB)
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _NO_NOGRADLAB + _first_code(NOTEBOOKS[1])
+                           + "\nprint('from', pathlib.Path(nogradlab.__file__).parent)"],
+                          cwd=NB_DIR, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert f"from {REPO / 'nogradlab'}" in proc.stdout
+    assert proc.stdout == f"from {REPO / 'nogradlab'}\n", "the setup cell prints nothing when all is well"
 
 
 def test_import_cell_outside_a_checkout_explains_the_install(tmp_path):
