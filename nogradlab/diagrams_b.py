@@ -74,7 +74,7 @@ def where_memory_goes(model, x, *, title: "str | None" = None) -> Figure:
     ax.set_yticks([0, 1], list(reversed(list(rows))))
     ax.set_xlabel("MiB at the peak of one forward pass")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=8, frameon=False)
-    ax.set_title(title or "Where one forward pass's memory goes: no_grad removes the red part only", fontsize=10)
+    ax.set_title(title or "Where one forward pass's memory goes at its peak (red: kept for backward, with grad on only)", fontsize=10)
     fig.tight_layout()
     return fig
 
