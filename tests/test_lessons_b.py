@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from nogradlab import claims, diagrams_b, exercises
+from nogradlab import claims, diagrams, exercises
 from nogradlab.plots import Figure
 
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
@@ -93,7 +93,7 @@ def test_exercises_come_from_the_bank_with_a_code_and_a_prediction(stem):
 @pytest.mark.parametrize("stem", STEMS)
 def test_a_diagram_drawn_by_the_notebook(stem):
     src = "\n".join(c.source for c in _nb(stem).cells if c.cell_type == "code")
-    assert re.search(r"\bdiagrams_b\.\w+\(", src), f"{stem} draws no concept diagram"
+    assert re.search(r"\bdiagrams\.\w+\(", src), f"{stem} draws no concept diagram"
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -125,8 +125,8 @@ def test_the_diagrams_draw():
     mlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
     x = torch.randn(8, 16)
     loss = mlp(x.requires_grad_()).pow(2).sum()
-    figs = [diagrams_b.where_memory_goes(mlp, x.detach()), diagrams_b.autocast_grid(nn.Linear(8, 4), torch.randn(2, 8)),
-            diagrams_b.grad_mode_timeline([("A", 0, 0.02, "no_grad"), ("B", 0.01, 0, None)]),
-            diagrams_b.autograd_graph(loss, names={p: n for n, p in mlp.named_parameters()}),
-            diagrams_b.autograd_graph(loss.detach()), diagrams_b.inference_rules()]
+    figs = [diagrams.where_memory_goes(mlp, x.detach()), diagrams.autocast_grid(nn.Linear(8, 4), torch.randn(2, 8)),
+            diagrams.request_timeline([("A", 0, 0.02, "no_grad"), ("B", 0.01, 0, None)]),
+            diagrams.named_graph(loss, names={p: n for n, p in mlp.named_parameters()}),
+            diagrams.named_graph(loss.detach()), diagrams.inference_rules()]
     assert all(isinstance(f, Figure) for f in figs)
