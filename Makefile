@@ -62,6 +62,27 @@ claims: install
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The tests that need no notebook kernel, no browser and no GPU (markers: tests/conftest.py).
+unit: install
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+# Lint: ruff on the package, tests, benchmarks and scripts; ruff through nbQA on the notebooks; the
+# notebooks stored without outputs (nbstripout, with the options of the git filter `make lab` sets).
+# The same hooks run from .pre-commit-config.yaml (`pre-commit install`). LINT_FORMAT=1 also checks
+# `ruff format` (not switched on yet: the code base is not formatted with it).
+LINT_PATHS  := nogradlab tests benchmarks scripts
+LINT_FORMAT ?= 0
+NBSTRIPOUT_ARGS := --keep-id --extra-keys 'metadata.papermill cell.metadata.papermill'
+lint: install
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/nbqa ruff notebooks
+	$(VENV)/bin/nbstripout --verify $(NBSTRIPOUT_ARGS) notebooks/*.ipynb || \
+	  { echo "notebooks stored with outputs: run nbstripout $(NBSTRIPOUT_ARGS) notebooks/*.ipynb" >&2; exit 1; }
+ifeq ($(LINT_FORMAT),1)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/nbqa 'ruff format' --check notebooks
+endif
+
 # JupyterLab on the notebooks. As root (containers, cloud VMs, dev containers) Jupyter refuses to start
 # without --allow-root, so it is added then. In a git checkout, nbstripout is installed as this clone's git
 # filter first, so that notebooks saved with outputs are committed without them.

@@ -1055,7 +1055,7 @@ def _assemble(rec, held_bytes: int) -> list:
     inputs, the step."""
     ev = rec.events
     marks = {e[1]: i for i, e in enumerate(ev) if e[0] == "mark"}
-    i_model, i_inputs = marks["model"], marks["inputs"]
+    i_model = marks["model"]
     out = [("alloc", ("held",), held_bytes)] if held_bytes else []
     out += ev[:i_model]
     out += rec.persistent_events
