@@ -31,7 +31,7 @@ endif
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lab claims install browser clean bench lint unit
+.PHONY: run test lab claims install browser clean bench lint unit book
 
 # (Re)install when the venv is missing or pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
@@ -83,6 +83,13 @@ ifeq ($(LINT_FORMAT),1)
 	$(VENV)/bin/nbqa 'ruff format' --check notebooks
 endif
 
+# The book: a static site of the executed notebooks with the report as its front page (Sphinx, myst-nb,
+# Furo; offline). Built from the run in $(OUT), which `make run` makes first when it holds none.
+BOOK_OUT ?= book/_build
+book: install
+	@test -f $(OUT)/report.html -a -d $(OUT)/notebooks || $(MAKE) run
+	$(PY) scripts/book.py --run $(OUT) --out $(BOOK_OUT)
+
 # JupyterLab on the notebooks. As root (containers, cloud VMs, dev containers) Jupyter refuses to start
 # without --allow-root, so it is added then. In a git checkout, nbstripout is installed as this clone's git
 # filter first, so that notebooks saved with outputs are committed without them.
@@ -104,4 +111,4 @@ bench: install
 	$(PY) benchmarks/probes.py
 
 clean:
-	rm -rf build .pytest_cache test-artifacts
+	rm -rf build .pytest_cache test-artifacts book/_build

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 NOTEBOOK_FILES = {"test_notebooks.py", "test_cli.py", "test_output_safety.py", "test_make_lab.py"}
-BROWSER_FILES = {"test_browser_lab.py", "test_report_mobile.py"}
+BROWSER_FILES = {"test_browser_lab.py", "test_report_mobile.py", "test_book.py"}
 GPU_FILES = {"test_gpu_reference.py"}
 INTEGRATION_FILES = {"test_claims_numbers.py", "test_claims_semantics.py", "test_verdicts.py",
                      "test_lesson_verdicts.py"}
