@@ -1,7 +1,8 @@
 """Sphinx configuration of the book: the executed notebooks of a run (``make book``), read with myst-nb
 and never executed again, in the Furo theme. Everything the pages load ships with these packages:
-nothing is fetched at build time or when a page opens (the widgets' JavaScript would come from a CDN,
-so it is left out: a widget shows its static text)."""
+nothing is fetched at build time or when a page opens. A headless run draws the widgets as their table
+and figure (``interactive=False``), so no widget JavaScript is needed: myst-nb's, which would come from a
+CDN, is left out."""
 project = "nogradlab"
 html_title = "nogradlab: what torch.no_grad really does"
 extensions = ["myst_nb"]
