@@ -22,7 +22,7 @@ TORCHVISION ?= $(patsubst $(TORCH):%,%,$(filter $(TORCH):%,$(TORCHVISION_PAIRS))
 ifeq ($(TORCHVISION),)
 $(error TORCH=$(TORCH): no torchvision known for it; add it to TORCHVISION_PAIRS or pass TORCHVISION=...)
 endif
-ifeq ($(origin PYTHON),command line)
+ifneq ($(filter command environment,$(origin PYTHON)),)
 PYSUFFIX := -py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 endif
 VENV := .venv-torch$(TORCH)$(PYSUFFIX)
