@@ -1,23 +1,46 @@
 # Two commands set everything up on a fresh machine:
 #   make run   - install if needed, then execute the whole collection and write build/report.html
 #   make test  - install if needed, then run every test (unit tests, notebooks via nbval and papermill)
+# Against another PyTorch release, in its own cached venv (.venv-torch2.9.1; several GB the first time):
+#   make test TORCH=2.9.1                     # or: make run TORCH=2.9.1, make claims TORCH=2.9.1
+#   make test TORCH=2.9.1 PYTHON=python3.12   # another Python too: .venv-torch2.9.1-py3.12
 PYTHON ?= python3
 VENV   ?= .venv
-PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
 DEVICE ?= auto
 SCALE  ?= auto
 OUT    ?= build
 PYTEST_ARGS ?=
 
-.PHONY: run test lab claims install browser clean bench
+# torch -> torchvision, as PyTorch's compatibility table pairs them (torchvision's README): for torch
+# 2.x the torchvision minor is torch's minor + 15, the patch the same. TORCHVISION=... overrides it.
+TORCHVISION_PAIRS := 2.4.0:0.19.0 2.4.1:0.19.1 2.5.0:0.20.0 2.5.1:0.20.1 2.6.0:0.21.0 2.7.0:0.22.0 \
+  2.7.1:0.22.1 2.8.0:0.23.0 2.9.0:0.24.0 2.9.1:0.24.1 2.10.0:0.25.0 2.11.0:0.26.0 2.12.0:0.27.0 \
+  2.12.1:0.27.1 2.13.0:0.28.0 2.14.0:0.29.0 2.14.1:0.29.1
+TORCH ?=
+ifneq ($(TORCH),)
+TORCHVISION ?= $(patsubst $(TORCH):%,%,$(filter $(TORCH):%,$(TORCHVISION_PAIRS)))
+ifeq ($(TORCHVISION),)
+$(error TORCH=$(TORCH): no torchvision known for it; add it to TORCHVISION_PAIRS or pass TORCHVISION=...)
+endif
+ifneq ($(filter command environment,$(origin PYTHON)),)
+PYSUFFIX := -py$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+endif
+VENV := .venv-torch$(TORCH)$(PYSUFFIX)
+TORCH_PINS := 'torch==$(TORCH)' 'torchvision==$(TORCHVISION)'
+endif
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lab claims install browser clean bench lint unit book
 
 # (Re)install when the venv is missing or pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing nogradlab and its dependencies into $(VENV) (first time: about 2-3 minutes, ~6 GB)..."
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@# setuptools: `python3 -m venv` seeds an old one (65 on Python 3.11) that predates the SPDX
+	@# `license = "MIT"` form; tests/test_packaging.py builds the metadata with the venv's own.
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
+	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH_PINS)
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	@touch $(STAMP)
 
@@ -38,6 +61,34 @@ claims: install
 
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The tests that need no notebook kernel, no browser and no GPU (markers: tests/conftest.py).
+unit: install
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+# Lint: ruff on the package, tests, benchmarks and scripts; ruff through nbQA on the notebooks; the
+# notebooks stored without outputs (nbstripout, with the options of the git filter `make lab` sets).
+# The same hooks run from .pre-commit-config.yaml (`pre-commit install`). LINT_FORMAT=1 also checks
+# `ruff format` (not switched on yet: the code base is not formatted with it).
+LINT_PATHS  := nogradlab tests benchmarks scripts
+LINT_FORMAT ?= 0
+NBSTRIPOUT_ARGS := --keep-id --extra-keys 'metadata.papermill cell.metadata.papermill'
+lint: install
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/nbqa ruff notebooks
+	$(VENV)/bin/nbstripout --verify $(NBSTRIPOUT_ARGS) notebooks/*.ipynb || \
+	  { echo "notebooks stored with outputs: run nbstripout $(NBSTRIPOUT_ARGS) notebooks/*.ipynb" >&2; exit 1; }
+ifeq ($(LINT_FORMAT),1)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/nbqa 'ruff format' --check notebooks
+endif
+
+# The book: a static site of the executed notebooks with the report as its front page (Sphinx, myst-nb,
+# Furo; offline). Built from the run in $(OUT), which `make run` makes first when it holds none.
+BOOK_OUT ?= book/_build
+book: install
+	@test -f $(OUT)/report.html -a -d $(OUT)/notebooks || $(MAKE) run
+	$(PY) scripts/book.py --run $(OUT) --out $(BOOK_OUT)
 
 # JupyterLab on the notebooks. As root (containers, cloud VMs, dev containers) Jupyter refuses to start
 # without --allow-root, so it is added then. In a git checkout, nbstripout is installed as this clone's git
@@ -60,4 +111,4 @@ bench: install
 	$(PY) benchmarks/probes.py
 
 clean:
-	rm -rf build .pytest_cache test-artifacts
+	rm -rf build .pytest_cache test-artifacts book/_build

@@ -48,7 +48,7 @@ def main(argv=None):
             if case.get("error"):
                 continue
             for op in case["ops"]:
-                name, a0, a1, peak = op[0], op[1], op[2], op[3]
+                name, a1, peak = op[0], op[2], op[3]
                 short = name.split(".")[1] if name.startswith("aten.") else name
                 if short in SKIP or len(op) < 6:
                     continue

@@ -85,7 +85,7 @@ def probes(dev, names, scale) -> list:
         model = wl.build(dev)
         x = wl.make_input(wl.default_batch, dev)
         for setting in ("eval+grad", "eval+no_grad"):
-            def fn():
+            def fn(setting=setting, model=model, x=x):  # bound now: `del model, x` below
                 with modes.setting(setting, model=model, device=dev):
                     return model(x)
 

@@ -467,15 +467,71 @@ class _State:
     interpolated: set = field(default_factory=set)  # signatures measured, but not at this batch
 
 
+# Whether this process can build a module on the virtual CUDA device: None until an estimate tried.
+# torch 2.9.1 (checked here; 2.14.1 can) cannot without a CUDA driver: ``aten.uniform_``'s
+# decomposition, which every nn.Linear and nn.Conv2d runs to initialise its weights, calls the
+# ``Tensor.copy_`` binding with the fake mode popped off the stack, which initialises CUDA and raises
+# ``AcceleratorError`` (pytorch/pytorch#159566 and #157869 describe this class of bug). Skipping the
+# fill does not help there: recording an autograd graph on fake CUDA tensors then initialises CUDA
+# inside the engine and aborts the process.
+_fake_cuda_builds: "bool | None" = None
+_fake_cuda_error = ""
+_DRIVER_ERRORS = ("cudaErrorInsufficientDriver", "CUDA driver version is insufficient", "no NVIDIA driver",
+                  "Found no NVIDIA driver", "CUDA driver initialization failed")
+
+
+def fake_cuda_builds() -> "bool | None":
+    """False once an estimate found that this torch cannot build on the virtual CUDA device here."""
+    return _fake_cuda_builds
+
+
+def note_fake_cuda_error(e: BaseException) -> bool:
+    """Record ``e`` if it is the missing-driver error of a virtual CUDA build; True if it was."""
+    global _fake_cuda_builds, _fake_cuda_error
+    text = str(e)
+    if not any(m in text for m in _DRIVER_ERRORS):
+        return False
+    _fake_cuda_builds = False
+    _fake_cuda_error = f"{type(e).__name__}: {text.splitlines()[0][:100]}"
+    return True
+
+
+def fake_cuda_fallback_note() -> str:
+    return (f"the virtual CUDA device is not usable with torch {torch.__version__} in a process without a CUDA "
+            f"driver: building a module on it initialises CUDA ({_fake_cuda_error}; torch 2.14.1 does not); "
+            "estimated on the fake CPU device instead, with CUDA's 512-byte block rounding and the kernel "
+            "model's substitutions the notes below list; operators that CUDA runs otherwise than the CPU "
+            "are traced as the CPU runs them")
+
+
+# The device-generic autocast state API (``torch.is_autocast_enabled("cuda")``,
+# ``torch.get_autocast_dtype("cuda")`` and their setters) came with torch 2.4
+# (pytorch/pytorch#124359); before it the CUDA state had its own functions, without a device.
+_GENERIC_AUTOCAST_API = hasattr(torch, "get_autocast_dtype")
+
+
+def _cuda_autocast_state():
+    if _GENERIC_AUTOCAST_API:
+        return torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    return torch.is_autocast_enabled(), torch.get_autocast_gpu_dtype()  # pragma: no cover - torch < 2.4
+
+
+def _set_cuda_autocast_state(enabled, dtype):
+    if _GENERIC_AUTOCAST_API:
+        torch.set_autocast_enabled("cuda", enabled)
+        torch.set_autocast_dtype("cuda", dtype)
+    else:  # pragma: no cover - torch < 2.4
+        torch.set_autocast_enabled(enabled)
+        torch.set_autocast_gpu_dtype(dtype)
+
+
 @contextlib.contextmanager
 def virtual_autocast(dtype):
     """CUDA autocast's thread state switched on directly (``torch.autocast("cuda")`` switches
     itself off without a GPU); restored on exit."""
-    prev_enabled = torch.is_autocast_enabled("cuda")
-    prev_dtype = torch.get_autocast_dtype("cuda")
+    prev_enabled, prev_dtype = _cuda_autocast_state()
     prev_cache = torch.is_autocast_cache_enabled()
-    torch.set_autocast_enabled("cuda", True)
-    torch.set_autocast_dtype("cuda", dtype)
+    _set_cuda_autocast_state(True, dtype)
     torch.set_autocast_cache_enabled(True)
     torch.autocast_increment_nesting()
     try:
@@ -483,8 +539,7 @@ def virtual_autocast(dtype):
     finally:
         if torch.autocast_decrement_nesting() == 0:
             torch.clear_autocast_cache()
-        torch.set_autocast_enabled("cuda", prev_enabled)
-        torch.set_autocast_dtype("cuda", prev_dtype)
+        _set_cuda_autocast_state(prev_enabled, prev_dtype)
         torch.set_autocast_cache_enabled(prev_cache)
 
 

@@ -154,7 +154,7 @@ class NogradMagics(Magics):
             err = self._users_error(e)
             if err is None:
                 raise
-            raise err
+            raise err  # noqa: B904 - err is e itself, re-raised with a traceback from the user's cell
         rows = [("peak", report.peak_bytes), ("saved for backward", report.saved_bytes),
                 ("retained", report.retained_bytes)]
         print(f"cell memory [{report.method} on {report.device}]")
@@ -217,7 +217,7 @@ class NogradMagics(Magics):
             err = self._users_error(e)
             if err is None:
                 raise
-            raise err
+            raise err  # noqa: B904 - err is e itself, re-raised with a traceback from the user's cell
         print(result)
         if args.out:
             self.shell.user_ns[args.out] = result

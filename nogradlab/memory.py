@@ -916,6 +916,9 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                          f"({torch.__version__}); estimated on the fake CPU device with CUDA's "
                          f"{CUDA_BLOCK}-byte block rounding and the CUDA kernels modelled")
             attempts = [torch.device("cpu")]
+        elif cudamodel.fake_cuda_builds() is False:  # an earlier estimate in this process found out
+            notes.append(cudamodel.fake_cuda_fallback_note())
+            attempts = [torch.device("cpu")]
         else:
             attempts = [dev, torch.device("cpu")]
     if virtual and setting is not None and setting.autocast:
@@ -972,7 +975,9 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                 raise
             last_error = e
             continue
-        if last_error is not None:
+        if last_error is not None and cudamodel.note_fake_cuda_error(last_error):
+            notes.append(cudamodel.fake_cuda_fallback_note())
+        elif last_error is not None:
             notes.append(f"the fake CUDA device could not run this step without a GPU "
                          f"({type(last_error).__name__}: {str(last_error)[:120]}); estimated on the "
                          f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
@@ -1050,7 +1055,7 @@ def _assemble(rec, held_bytes: int) -> list:
     inputs, the step."""
     ev = rec.events
     marks = {e[1]: i for i, e in enumerate(ev) if e[0] == "mark"}
-    i_model, i_inputs = marks["model"], marks["inputs"]
+    i_model = marks["model"]
     out = [("alloc", ("held",), held_bytes)] if held_bytes else []
     out += ev[:i_model]
     out += rec.persistent_events

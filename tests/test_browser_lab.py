@@ -87,7 +87,7 @@ def lab(tmp_path):
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError("jupyter lab did not answer within 30 s:\n"
-                                       + (tmp_path / "lab.log").read_text())
+                                       + (tmp_path / "lab.log").read_text()) from None
                 time.sleep(0.25)
         yield base, token
     finally:

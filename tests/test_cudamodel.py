@@ -81,6 +81,9 @@ def test_transformer_fast_path_traced_as_its_cuda_kernel():
 
 def test_fused_attention_not_the_math_path():
     r = memory.estimate("transformer_base", 2, "cuda", "eval+grad", scale="tiny")
+    if cudamodel.fake_cuda_builds() is False:  # torch 2.9.1 without a CUDA driver: the fallback is named
+        assert any("virtual CUDA device is not usable" in n for n in r.notes), r.notes
+        pytest.skip(f"torch {torch.__version__} cannot build on the virtual CUDA device without a driver")
     assert any("scaled_dot_product_attention traced as the fused" in n for n in r.notes)
     flag = torch.backends.cuda.mem_efficient_sdp_enabled()
     torch.backends.cuda.enable_mem_efficient_sdp(False)  # the dispatcher's choice honours the flags

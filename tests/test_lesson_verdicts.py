@@ -21,7 +21,9 @@ EXPECTED = {
     # the autocast weight cache does not leak a no_grad copy into a training forward (C28)
     "C22": ({"holds"}, {}),
     "C24": ({"holds", "depends"}, {}),
-    "C28": ({"holds"}, {}),
+    # (C28: "holds" with the fix of pytorch/pytorch#165068, "depends" on a release before it; 06 shows
+    # either, and test_c28_verdict_follows_this_release below ties the verdict to the release's behaviour)
+    "C28": ({"holds", "depends"}, {}),
     # 07: the survey figures cannot be tested (C25); "highest level" depends on where the model runs
     # (C26); grad mode belongs to a thread (X02)
     "C25": ({"not testable"}, {"requests": 3}),
@@ -65,3 +67,22 @@ def test_decorated_function_saves_nothing_for_backward_in_any_mode():
     # the probe itself does see what an undecorated call saves
     saved = memory.measure_modes(lambda: model(x), ("grad",), "cpu")["grad"].saved_bytes
     assert saved > 0
+
+
+def _autocast_cache_leaks_a_no_grad_copy() -> bool:
+    """pytorch/pytorch#112583 on this release: a no_grad forward inside an autocast region caches a
+    weight copy without history, and the next forward with grad in the same region gets no graph."""
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(2, 8)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with torch.no_grad():
+            lin(x)
+        out = lin(x)
+    return not out.requires_grad
+
+
+def test_c28_verdict_follows_this_release():
+    """06's C28 lesson: "holds" on a release with the fix (torch 2.14.1), "depends" on one without it
+    (torch 2.9.1), where its "see it" cell shows backward() raising instead of crashing."""
+    r = claims.check("C28", device="cpu", scale="tiny")
+    assert r.verdict == ("depends" if _autocast_cache_leaks_a_no_grad_copy() else "holds"), r.summary

@@ -286,7 +286,7 @@ def test_estimate_command_writes_json_and_never_overwrites_a_foreign_file(tmp_pa
     printed = capsys.readouterr().out
     doc = json.loads(out.read_text())
     assert set(doc["modes"]) == {"grad", "no_grad", "train"}
-    for m, e in doc["modes"].items():
+    for e in doc["modes"].values():
         assert set(e) >= {"allocated_peak_bytes", "reserved_peak_bytes", "largest_batch", "at_limit"}
         assert e["reserved_peak_bytes"] >= e["allocated_peak_bytes"] > 0 and e["at_limit"] is False
         want = batch.largest_batch(small_cnn, e["setting"], 128 << 20, "cuda", inputs=(3, 8, 8))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from nogradlab import batch, device, memory, timing, widgets
+from nogradlab import device, memory, timing, widgets
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,133 @@
+"""``make book`` (scripts/book.py): the executed notebooks as a static site with the report as its front
+page, built offline, read in headless Chromium with every request off this machine refused: no page asks
+for anything from another site, the links between the report, the contents and the notebooks work, and
+every page reads on a 390 px phone without sideways panning.
+
+By default the book is built from a small synthetic run (two of the real notebooks with outputs added, and
+a report from fake results) so that the test takes seconds; NOGRADLAB_BOOK_RUN=build checks the book of a
+real run (`make run` first)."""
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nogradlab import report
+from test_report import CHROMIUM, CHROMIUM_ARGS, fake_doc
+
+ROOT = Path(__file__).resolve().parents[1]
+PHONE = {"width": 390, "height": 844}
+pytest.importorskip("sphinx")
+pytest.importorskip("myst_nb")
+pytest.importorskip("furo")
+
+
+def _png() -> str:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3))
+    fig.subplots().plot([1, 2, 3], [3, 1, 2])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def synthetic_run(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    (run / "notebooks").mkdir(parents=True)
+    for name in ("00_index", "06_decorators_contexts_and_autocast"):
+        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        code["outputs"] = [
+            {"output_type": "stream", "name": "stdout", "text": ["a long printed line " * 12 + "\n"]},
+            {"output_type": "display_data", "metadata": {},
+             "data": {"image/png": _png(), "text/plain": ["<Figure>"]}}]
+        (run / "notebooks" / f"{name}.ipynb").write_text(json.dumps(nb))
+    doc = fake_doc(notebooks=[{"name": "06_decorators_contexts_and_autocast", "status": "ok", "seconds": 1.0,
+                               "claims": ["C28"], "ipynb": "notebooks/06_decorators_contexts_and_autocast.ipynb",
+                               "html": "notebooks/06_decorators_contexts_and_autocast.html"}])
+    report.write_html(doc, run)
+    return run
+
+
+def test_book_refuses_a_folder_it_did_not_make_and_a_run_that_is_not_there(tmp_path):
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("x")
+    run = synthetic_run(tmp_path)
+    p = subprocess.run([sys.executable, "scripts/book.py", "--run", str(run), "--out", str(foreign)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "not made by scripts/book.py" in p.stderr
+    assert (foreign / "keep.txt").read_text() == "x"
+    p = subprocess.run([sys.executable, "scripts/book.py", "--run", str(tmp_path / "none"),
+                        "--out", str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "make run" in p.stderr
+
+
+def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    run = Path(os.environ["NOGRADLAB_BOOK_RUN"]) if os.environ.get("NOGRADLAB_BOOK_RUN") else synthetic_run(tmp_path)
+    out = tmp_path / "book"
+    p = subprocess.run([sys.executable, "scripts/book.py", "--run", str(run), "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    html = out / "html"
+    stems = sorted(q.stem for q in (run / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert (html / "index.html").read_text() == (run / "report.html").read_text()
+    assert all((html / "notebooks" / f"{s}.html").is_file() for s in stems)
+    pages = sorted(html.rglob("*.html"))
+    # no badge or other image from another site made it into a page
+    assert not any("colab-badge.svg" in q.read_text() or "mybinder.org/badge" in q.read_text() for q in pages)
+
+    outside = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            ctx = browser.new_context(viewport=PHONE, device_scale_factor=1)
+
+            def route(r):
+                if r.request.url.startswith(("file:", "data:", "blob:", "about:")):
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+            ctx.route("**/*", route)
+            page = ctx.new_page()
+            for q in pages:
+                page.goto(q.resolve().as_uri())
+                page.wait_for_load_state("load")
+                width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
+                assert width <= PHONE["width"], f"{q.relative_to(html)} is {width} px wide on a 390 px screen"
+            assert outside == [], f"requests off this machine: {sorted(set(outside))[:10]}"
+
+            # the report's link to a notebook opens that notebook's page of the book
+            page.goto((html / "index.html").resolve().as_uri())
+            link = page.locator("a[href='notebooks/06_decorators_contexts_and_autocast.html']").first
+            with page.expect_navigation():
+                link.evaluate("a => a.click()")  # it may sit in a closed <details>
+            assert page.url.endswith("notebooks/06_decorators_contexts_and_autocast.html")
+            assert "autocast" in page.locator("h1").first.inner_text().lower()
+            # the contents lists every notebook, and leads back to the report
+            page.goto((html / "contents.html").resolve().as_uri())
+            hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.getAttribute('href'))")
+            assert all(f"notebooks/{s}.html" in hrefs for s in stems) and "index.html" in hrefs
+            with page.expect_navigation():
+                page.locator(f"article a[href='notebooks/{stems[0]}.html']").first.click()  # not the sidebar's
+            assert page.url.endswith(f"notebooks/{stems[0]}.html")
+            # a notebook page shows its outputs: its figures are there and loaded
+            with_fig = next(s for s in stems if "_images/" in (html / "notebooks" / f"{s}.html").read_text())
+            page.goto((html / "notebooks" / f"{with_fig}.html").resolve().as_uri())
+            assert page.locator("img").evaluate_all("imgs => imgs.some(i => i.complete && i.naturalWidth > 0)")
+            page.screenshot(path=str(tmp_path / "phone.png"), full_page=False)
+            assert outside == [], f"requests off this machine: {sorted(set(outside))[:10]}"
+        finally:
+            browser.close()
+    shutil.rmtree(out, ignore_errors=True)
