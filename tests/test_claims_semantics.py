@@ -210,11 +210,18 @@ def test_c27_penalty_under_no_grad_has_no_gradient(runs):
 
 
 def test_c28_autocast_cache_reused_but_gradient_intact(runs):
+    from test_lesson_verdicts import _autocast_cache_leaks_a_no_grad_copy
+
     r = _r(runs, "C28")
-    assert r.verdict == "holds"
     e = r.evidence
     assert e["outer_no_grad_inner_autocast"]["output_dtype"] == "torch.bfloat16"
     rev = e["reverse_nesting"]["autocast{ no_grad forward; grad forward }"]
+    if _autocast_cache_leaks_a_no_grad_copy():  # pytorch#112583, e.g. torch 2.9.1: the lesson is the failure
+        assert r.verdict == "depends"
+        assert rev["gradient_intact"] is False and rev["output_requires_grad"] is False
+        assert rev["weight_grad_is_none"] is True
+        return
+    assert r.verdict == "holds"
     # this torch caches the weight cast made under no_grad (one cast for two forwards) ...
     assert rev["cache_enabled"] and rev["weight_casts"] == 1
     # ... and still gives the grad forward the full gradient

@@ -172,7 +172,20 @@ def test_budget_widget_recomputes_on_slider_change():
     first = bx.compute()
     bx.budget.min = 0.0005
     bx.budget.step = 0.0005
-    bx.budget.value = 0.002  # the observer recomputes
+    bx.budget.value = 0.002  # the observer clears the old result at once and recomputes after a pause
+    assert bx.output.outputs == () and "computing for" in bx.status.value
+    assert bx.wait(120)
     assert bx.runs == 2 and bx.result.budget_bytes == int(0.002 * 2**30)
     assert bx.result.batches["eval+no_grad"] > first.batches["eval+no_grad"]
     assert "computation #2" in bx.status.value
+
+
+def test_budget_widget_bursts_compute_once_for_the_last_value():
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.001, interactive=True)
+    bx.compute()
+    bx.budget.min, bx.budget.step = 0.0005, 0.0005
+    for v in (0.0015, 0.002, 0.0025, 0.003):  # arrow keys: four changes in a row
+        bx.budget.value = v
+    assert bx.wait(120)
+    assert bx.started == 1 and bx.runs == 2 and bx.result.budget_bytes == int(0.003 * 2**30)
+    assert "0.003" in bx.status.value or "3.07 MiB" in bx.status.value or "MiB" in bx.status.value
