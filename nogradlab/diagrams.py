@@ -203,7 +203,7 @@ def allocator_segments(segments, title: str = "Caching-allocator segments") -> F
     fig = Figure(figsize=(7.0, 0.9 + 0.7 * len(segs)))
     ax = fig.add_subplot(1, 1, 1)
     mib = 2 ** 20
-    for i, (size, blocks) in enumerate(segs):
+    for i, (_size, blocks) in enumerate(segs):
         y, left = len(segs) - 1 - i, 0
         for nbytes, used in blocks:
             ax.barh(y, nbytes / mib, left=left / mib, color=_ON if used else "white", ec="black",
@@ -271,7 +271,7 @@ def where_memory_goes(model, x, *, title: "str | None" = None) -> Figure:
     colours = ["#7f7f7f", "#bcbd22", _RED, "#1f77b4"]
     fig = Figure(figsize=(8, 2.6))
     ax = fig.subplots()
-    for y, (label, vals) in enumerate(reversed(list(rows.items()))):
+    for y, (_label, vals) in enumerate(reversed(list(rows.items()))):
         left = 0.0
         for part, v, c in zip(parts, vals, colours):
             ax.barh(y, _mib(v), left=left, color=c, edgecolor="white", label=part if y == 0 else None)
@@ -490,7 +490,7 @@ def inference_rules() -> Figure:
     ax = fig.subplots()
     for i, (mode, t) in enumerate(made.items()):
         for j, (label, fn, yes, no) in enumerate(tests):
-            text, good = attempt(lambda: fn(t), yes, no)
+            text, good = attempt(lambda fn=fn, t=t: fn(t), yes, no)
             ax.add_patch(_square(j, 1 - i, _GREEN if good else _RED))
             ax.text(j + 0.5, 1 - i + 0.5, text, ha="center", va="center", fontsize=9, color="white")
             if i == 0:
