@@ -414,7 +414,7 @@ def _verdict_overview(doc, refs):
     cols = [("this run: " + _short(doc), doc)] + [(f"{name}: {_short(r)}", r) for name, r in refs]
     words = list(COLOURS)
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(cols)))
-    for i, (label, d) in enumerate(reversed(cols)):
+    for i, (_label, d) in enumerate(reversed(cols)):
         left = 0
         for w in words:
             n = d["meta"]["counts"].get(w, 0)

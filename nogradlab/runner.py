@@ -273,7 +273,7 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
 def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) -> RunOutcome:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
-    work, out, failed_dir = lay.partial, lay.out, lay.failed
+    work = lay.partial
     _outdir.remove_ours(work)  # a partial build left by a run that died (the lock is free: nobody is writing)
     (work / "notebooks").mkdir(parents=True)
     _outdir.write_mark(work, run_id=run_id, started=started, state="running", command=command,
@@ -327,8 +327,6 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
 
 
 def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
-    import signal
-
     work, out, failed_dir = lay.partial, lay.out, lay.failed
     write_error = None
     doc = None

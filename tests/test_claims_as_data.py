@@ -114,7 +114,7 @@ def test_a_band_change_changes_every_columns_verdict(monkeypatch):
 def test_references_are_judged_again_and_keep_their_stored_verdict():
     refs = report.load_references(ROOT / "results")
     assert len(refs) == len(RESULTS)
-    for name, doc in refs:
+    for _name, doc in refs:
         assert doc["meta"]["judged_by"] == rules.digest()
         for e in doc["claims"]:
             assert e["verdict"] in claims.VERDICTS and e["rule"] == claims.rule(e["id"])

@@ -145,7 +145,7 @@ def test_c14_grid(runs):
     assert r.verdict == "holds"
     grid = {(c["model_mode"], c["grad_mode"]): c for c in r.evidence["grid"]}
     assert set(grid) == {(m, g) for m in ("train", "eval") for g in ("grad", "no_grad")}
-    for (m, g), c in grid.items():
+    for (_m, g), c in grid.items():
         assert c["requires_grad"] == (g == "grad")
         assert (c["saved_bytes"] > 0) == (g == "grad")
         assert c["max_abs_diff_vs_same_model_mode_grad"] == 0

@@ -4,7 +4,6 @@ notebook display, and the merged GPU reference column."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -83,8 +82,6 @@ def test_every_claim_has_a_rule_sentence():
     for cid, rule in rules.RULES.items():
         assert len(rule.text) > 30 and rule.text[0].isupper(), cid
     # numbers the checks use come from the rules
-    from nogradlab.claims import searches as capacity
-
     assert __import__('nogradlab.claims.nb02_inside_the_engine', fromlist=['x']).C09_TOLERANCE == rules.RULES['C09'].band
     assert rules.RULES["C12"].threshold == 0.05 and "5 %" in rules.RULES["C12"].text
     assert "tie" in rules.RULES["X05"].tie and rules.RULES["X05"].threshold == 0.05

@@ -280,7 +280,7 @@ def c17(ctx):
     # labels drawn from their own generator: independent of the model, so accuracy is free to move
     ys = [torch.randint(0, ncls, (b,), generator=g).to(ctx.device) for _ in range(n)]
 
-    def loop(grad_mode):
+    def loop(grad_mode, model=model, xs=xs):
         logits = []
         with grad_mode():
             for x in xs:

@@ -104,9 +104,13 @@ def c18(ctx):
 def judge_c18(m, rule):
     real, est = m["measured"], m["estimated_full_size"]
     deciding = est + ([r for r in real if r.get("scale") == "full"] if m.on_gpu else [])
-    name = lambda r: f"{r['workload']}@{r['batch']} ({'estimate' if r in est else m.device.get('type', 'real')})"
+    def name(r):
+        return f"{r['workload']}@{r['batch']} ({'estimate' if r in est else m.device.get('type', 'real')})"
+
     verdict, rows = read_conditions([(name(r), r["memory_saved"], None, None, None) for r in deciding], rule.band)
-    span = lambda rs: f"{min(r['memory_saved'] for r in rs):.0%}-{max(r['memory_saved'] for r in rs):.0%}"
+    def span(rs):
+        return f"{min(r['memory_saved'] for r in rs):.0%}-{max(r['memory_saved'] for r in rs):.0%}"
+
     above = [r["condition"] for r in rows if r["reading"] == "disagrees" and r["value"] > rule.band.edges[1]]
     summary = (f"At the article's sizes (estimates, virtual CUDA) no_grad cut the forward pass's total peak "
                f"(weights and input included) by {span(est)} (article: 20-40 %): {readings_text(rows)}"
