@@ -360,6 +360,10 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
                      f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else "")
                      + "; judged by today's rules"
                      + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else ""))
+    for g in by_release(doc, refs):
+        releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
+        changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]) or "none"
+        lines.append(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): changed: {changed}")
     return "\n".join(lines)
 
 
@@ -550,6 +554,61 @@ def _e(x) -> str:
     return html.escape("" if x is None else str(x))
 
 
+def by_release(doc: dict, refs=()) -> list:
+    """Columns of the same kind of hardware and scale measured on different torch releases, and the
+    claims whose verdict (by today's rules) differs between them: ``[{"device_type", "scale",
+    "columns": [(label, torch)], "changed": [{"id", "verdicts": [...], "readings": [...]}]}]``, one
+    group per (device type, scale) with at least two releases. What an instructor reads when a new
+    release comes out."""
+    cols = [("this run", doc)] + list(refs)
+    groups: dict = {}
+    for name, d in cols:
+        m = d["meta"]
+        groups.setdefault((m["device"].get("type", "?"), m["scale"]), []).append((name, d))
+    out = []
+    for (dtype, scale), members in groups.items():
+        releases = {d["meta"]["torch"] for _, d in members}
+        if len(releases) < 2:
+            continue
+        members = sorted(members, key=lambda nd: _release_key(nd[1]["meta"]["torch"]))
+        maps = [{c["id"]: c for c in d["claims"]} for _, d in members]
+        changed = []
+        for cid in _claims.ids():
+            entries = [mp.get(cid) for mp in maps]
+            words = [verdict_word(e["verdict"]) if e else NOT_RUN for e in entries]
+            if len(set(words)) > 1:
+                changed.append({"id": cid, "verdicts": words,
+                                "readings": [(e.get("reading") or e.get("summary", ""))[:300] if e else "" for e in entries]})
+        out.append({"device_type": dtype, "scale": scale,
+                    "columns": [(name, d["meta"]["torch"]) for name, d in members], "changed": changed})
+    return out
+
+
+def _release_key(version: str) -> tuple:
+    nums = re.findall(r"\d+", version.split("+")[0])
+    return tuple(int(n) for n in nums[:3])
+
+
+def _by_release_html(doc: dict, refs=()) -> str:
+    groups = by_release(doc, refs)
+    if not groups:
+        return ""
+    parts = ["<h2 id='by-release'>By release</h2><p class='small'>Columns of the same kind of hardware and "
+             "scale measured on different PyTorch releases, all judged by today's rules: the claims whose verdict "
+             "changed between releases, and what each release measured (click a verdict).</p>"]
+    for g in groups:
+        head = "".join(f"<th>torch {_e(t)}<br><span class='small'>{_e(n)}</span></th>" for n, t in g["columns"])
+        rows = []
+        for c in g["changed"]:
+            cells = "".join(f"<td><details><summary>{_badge(w)}</summary><span class='small'>{_e(r)}</span>"
+                            f"</details></td>" for w, r in zip(c["verdicts"], c["readings"]))
+            rows.append(f"<tr><td class='id'>{_e(c['id'])}</td><td>{_e(_claims.get(c['id']).paraphrase)}</td>{cells}</tr>")
+        body = "".join(rows) or f"<tr><td colspan='{2 + len(g['columns'])}'>no verdict changed</td></tr>"
+        parts.append(f"<p><b>{_e(g['device_type'])}, scale {_e(g['scale'])}</b></p><table class='by-release'>"
+                     f"<thead><tr><th>id</th><th>claim</th>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return "".join(parts)
+
+
 def render_html(doc: dict, refs=(), chart_list=None) -> str:
     """The report page as a string (see the module docstring)."""
     m = doc["meta"]
@@ -629,6 +688,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
                  "run on other hardware (results/), their stored measurements judged again by today's rules; "
                  "click a verdict for its measurement.</p>")
     parts.append(f"<table id='verdict-table'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
+    parts.append(_by_release_html(doc, refs))
 
     # charts
     parts.append("<h2 id='charts'>Charts</h2>")
