@@ -233,3 +233,20 @@ def test_issue17_finding4_unreadable_or_unknown_references_are_skipped_with_a_re
 def test_issue17_finding10_a_misspelled_results_folder_is_warned_about(tmp_path, capsys):
     assert report.load_references(tmp_path / "resluts") == []
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_by_release_lists_the_claims_whose_verdict_changed():
+    """Columns of one kind of hardware on two torch releases: the view lists exactly the claims whose
+    verdict differs, in release order, and the page and the terminal table show it."""
+    a = fake_doc()
+    b = json.loads(json.dumps(a))
+    b["meta"]["torch"] = "2.9.1+cu128"
+    changed = b["claims"][27]  # C28 on the older release
+    changed["verdict"] = "depends" if changed["verdict"] != "depends" else "holds"
+    groups = report.by_release(a, [("older", b)])
+    assert len(groups) == 1 and [c["id"] for c in groups[0]["changed"]] == [changed["id"]]
+    assert groups[0]["columns"][0] == ("older", "2.9.1+cu128")  # oldest release first
+    page = report.render_html(a, refs=[("older", b)], chart_list=[])
+    assert "id='by-release'" in page and f">{changed['id']}<" in page
+    assert f"changed: {changed['id']}" in report.terminal_table(a, [("older", b)])
+    assert report.by_release(a, [("same", json.loads(json.dumps(a)))]) == []  # one release: no view

@@ -720,6 +720,9 @@ def judge_entry(entry: dict, meta: "dict | None" = None) -> dict:
         return e
     m = _entry_measurements(e, meta)
     j, scope, local = _final(claim, m)
+    if scope.get("text", "").startswith("measured here: "):  # a stored column: here is that machine
+        scope = dict(scope, text="measured on " + scope["text"][len("measured here: "):])
+    j.summary = j.summary.replace(f"[Evidence: measured here: {m.label}.]", f"[Evidence: measured on {m.label}.]")
     e.setdefault("stored_verdict", entry.get("verdict"))
     e.update(verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope), reading=j.reading,
              scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values)
