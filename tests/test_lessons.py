@@ -417,7 +417,7 @@ def test_verdict_asserts_sees_what_it_should():
 # --------------------------------------------------------------------------------------------
 # finding the way: the time a notebook takes, and the next one
 
-TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.?$", re.M)
+TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.", re.M)
 
 
 def _header_seconds(stem: str) -> "int | None":
