@@ -147,7 +147,8 @@ def test_notebook_display_shows_reading_rule_and_collapsed_evidence():
                                     "enter_exit_s": 1.2e-6}, reading_text="It depends on the batch.",
                       figure="20-40 %", paraphrase="p", rule=rules.RULES["C03"].text, scale="tiny")
     h = r._repr_html_()
-    assert "It depends on the batch." in h and "rule:" in h and rules.RULES["C03"].text[:40] in h
+    assert "It depends on the batch." in h and "<b>Rule.</b>" in h and rules.RULES["C03"].text[:40] in h
+    assert h.index("<details>") < h.index("<b>Rule.</b>")  # the rule is one click away, not in front
     assert "<details><summary>measurements</summary>" in h
     assert "3.00 MiB" in h and "250 \u00b5s" in h and "23.4%" in h and "1.20 \u00b5s" in h
     assert "x" * 300 in h and "\u2026" not in h  # no cell cut
