@@ -10,18 +10,9 @@ from . import exercise
 def _saved(fn, model, *inputs):
     """Bytes autograd saves for backward while fn() runs: distinct storages, the model's parameters and
     the inputs left out (the notebook's own `saved_for_backward`)."""
-    skip = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *inputs)}
-    storages = {}
+    from ..diagrams import _saved_bytes
 
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip:
-            storages[s.data_ptr()] = s.nbytes()
-        return t.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())
+    return _saved_bytes(fn, {t.untyped_storage().data_ptr() for t in (*model.parameters(), *inputs)})
 
 
 # ----------------------------------------------------------------------------- 05.1: predict, then run
