@@ -4,30 +4,34 @@ from nogradlab import exercises
 
 
 def test_right_wrong_and_unanswered(capsys):
-    assert exercises.check("1", 3, lambda a: a == 3) is True
+    ex = exercises.get("01.1")
+    assert exercises.check("01.1", ex.answer()) is True
     assert "correct" in capsys.readouterr().out
-    assert exercises.check("1", 4, lambda a: a == 3, hint="three") is False
-    assert "Hint: three" in capsys.readouterr().out
-    assert exercises.check("1", ..., lambda a: a == 3) is None
+    assert exercises.check("01.1", 42) is False
+    assert "should be a function" in capsys.readouterr().out
+    assert exercises.check("01.1", ...) is None
     assert "not answered" in capsys.readouterr().out
 
 
-def test_a_test_that_raises_is_feedback_not_a_traceback(capsys):
-    assert exercises.check("2", "x", lambda a: a.grad_fn is None) is False
-    assert "AttributeError" in capsys.readouterr().out
+def test_an_answer_that_raises_is_feedback_not_a_traceback(capsys):
+    def broken(model, x):
+        raise RuntimeError("boom")
+
+    assert exercises.check("01.1", broken) is False
+    out = capsys.readouterr()
+    assert "RuntimeError: boom" in out.out and "Traceback" not in out.out + out.err
 
 
-def test_strict_raises_for_solutions():
-    with pytest.raises(exercises.ExerciseError, match="[Ee]xercise 3"):
-        exercises.check("3", 1, lambda a: a == 2, strict=True)
-    with pytest.raises(exercises.ExerciseError):
-        exercises.check("3", ..., lambda a: True, strict=True)
-    assert exercises.check("3", 2, lambda a: a == 2, strict=True) is True
+def test_a_solution_that_fails_its_check_raises(monkeypatch):
+    ex = exercises.get("01.1")
+    monkeypatch.setattr(ex, "reference", lambda model, x: model(x))  # forgets no_grad
+    with pytest.raises(exercises.ExerciseError, match="01.1"):
+        exercises.solution("01.1")
 
 
-def test_test_must_be_callable():
-    with pytest.raises(TypeError, match="must be a function"):
-        exercises.check("4", 1, True)
+def test_unknown_exercise_names_the_allowed_ids():
+    with pytest.raises(ValueError, match="allowed: 01.1"):
+        exercises.check("99.9", 1)
 
 
 # ---------------------------------------------------------------------------------------- the bank

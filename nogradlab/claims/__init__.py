@@ -527,11 +527,6 @@ def claim_check(claim_id: str):
     return get(claim_id).measures
 
 
-def claim_judge(claim_id: str):
-    """Decorator registering ``fn(m, rule) -> Judgement`` as the judge of a declared claim."""
-    return get(claim_id).judges
-
-
 def _where_text(m: Measurements) -> str:
     return f"measured here: {m.label}"
 

@@ -40,8 +40,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-__all__ = ["check", "solution", "show", "exercise", "get", "all_exercises", "ExerciseError", "KINDS",
-           "check_legacy"]
+__all__ = ["check", "solution", "show", "exercise", "get", "all_exercises", "ExerciseError", "KINDS"]
 
 KINDS = ("code", "predict", "value")
 _MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
@@ -151,11 +150,9 @@ def _verdict(ex: Exercise, answer) -> "str | None":
                 sys.unraisablehook = old_hook
 
 
-def check(exercise_id: str, answer: Any, *legacy, **legacy_kw) -> "bool | None":
+def check(exercise_id: str, answer: Any) -> "bool | None":
     """Feedback on the learner's answer: True (right), False (wrong: the message names the mistake),
     None (not answered yet). Never raises, whatever the answer."""
-    if legacy or legacy_kw:  # the old form, check(name, answer, test, hint=...)
-        return check_legacy(exercise_id, answer, *legacy, **legacy_kw)
     ex = get(exercise_id)
     if answer is Ellipsis:
         print(f"Exercise {exercise_id}: not answered yet. Replace the ... with your answer and run this cell again.")
@@ -181,29 +178,3 @@ def show(exercise_id: str) -> None:
     """Print the reference solution's code."""
     ex = get(exercise_id)
     print(inspect.getsource(ex.reference))
-
-
-def check_legacy(name: str, answer: Any, test: Callable[[Any], bool], hint: str = "", *,
-                 strict: bool = False) -> "bool | None":
-    """The earlier form: ``test(answer) -> bool`` written in the notebook, with a fixed hint."""
-    if not callable(test):
-        raise TypeError(f"exercise {name}: test must be a function answer -> bool, got {type(test).__name__}")
-    if answer is Ellipsis:
-        if strict:
-            raise ExerciseError(f"exercise {name}: the solution left the answer as ...")
-        print(f"Exercise {name}: not answered yet. Replace the ... with your answer and run the check again.")
-        return None
-    try:
-        ok = bool(test(answer))
-        problem = ""
-    except Exception as e:
-        ok, problem = False, f" (checking it raised {type(e).__name__}: {e})"
-    if ok:
-        if not strict:
-            print(f"Exercise {name}: correct.")
-        return True
-    msg = f"Exercise {name}: not yet{problem}." + (f" Hint: {hint}" if hint else "")
-    if strict:
-        raise ExerciseError(msg)
-    print(msg)
-    return False
