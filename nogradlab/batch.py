@@ -52,6 +52,7 @@ import functools
 import gc
 import math
 import numbers
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -313,15 +314,33 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
     hi = min((b for b, ok in known.items() if not ok), default=None)
     if lo is None or hi is None or hi <= lo:
         return None
-    steps, turn = [1, 1], 0
+    if lo in (1, b2):
+        # nothing but the first two batches fits: no line gave a lower end (a training step whose hint,
+        # the grad forward's batch, just fails: ResNet-50 under 12 GiB, 146 fails and 144 fits), so the
+        # answer lies below the upper end: gallop down from it (hi-1, hi-2, hi-4, ...), then bisect
+        step = 1
+        while hi - lo > 1:
+            b = max(hi - step, lo + 1) if step * 2 <= hi - lo else (lo + hi) // 2
+            step *= 2
+            if fits(b):
+                lo = b
+                break
+            hi = b
+    first = True
     while hi - lo > 1:
-        if min(steps) * 2 > hi - lo or min(steps) > 2:  # two steps from each end, then bisect
-            b = (lo + hi) // 2
-        elif turn == 0:
-            b, steps[0] = min(lo + steps[0], hi - 1), steps[0] * 2
-        else:
-            b, steps[1] = max(hi - steps[1], lo + 1), steps[1] * 2
-        turn ^= 1
+        # each end's neighbour once (a line is often exact there: the no_grad forward's lower end,
+        # the grad forward's upper end), then bisection
+        if first and hi - lo > 2:
+            for b in (lo + 1, hi - 1):
+                if fits(b):
+                    lo = b
+                else:
+                    hi = b
+                    break
+            first = False
+            continue
+        first = False
+        b = (lo + hi) // 2
         if fits(b):
             lo = b
         else:
@@ -335,20 +354,38 @@ def _fastpath_enabled():
     return mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
 
 
+_FROZEN_LOCK = threading.Lock()
+_FROZEN_BY_US = 0  # frozen_gc blocks open, in every thread, under the freeze one of them made
+
+
 @contextlib.contextmanager
 def frozen_gc():
     """Move every object alive now into the collector's permanent generation for the block
     (``gc.freeze``), so that the full collections each memory probe makes only walk what the block
     creates: with torch imported, a full collection otherwise costs ~0.1-0.2 s. Unfrozen on exit;
-    does nothing when something is frozen already."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
+    does nothing when something is frozen already (by an enclosing block, another thread's, or the
+    program's own ``gc.freeze()``, which is left as it was). ``gc.get_freeze_count()`` walks the
+    permanent generation (tens of ms with torch's objects in it), so a block inside one of ours
+    does not ask it: a counter says so."""
+    global _FROZEN_BY_US
+    with _FROZEN_LOCK:
+        if _FROZEN_BY_US:
+            _FROZEN_BY_US += 1
+            ours = True
+        elif gc.get_freeze_count():
+            ours = False  # frozen by the program: leave it to the program
+        else:
+            gc.freeze()
+            _FROZEN_BY_US = 1
+            ours = True
     try:
         yield
     finally:
-        gc.unfreeze()
+        if ours:
+            with _FROZEN_LOCK:
+                _FROZEN_BY_US -= 1
+                if _FROZEN_BY_US == 0:
+                    gc.unfreeze()
 
 
 # --------------------------------------------------------------------------------------------

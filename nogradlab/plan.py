@@ -50,9 +50,10 @@ def planned_condition(knobs: dict, cases: int, t_call: float, build_s: float) ->
     model built and the clocks warmed (``build_s``), ``warmup`` calls and the calibration per case,
     the minimum ``rounds``, then rounds until the ``time_budget`` (one block past it at most) or
     ``max_rounds``, as if the intervals never decided. A sample takes ``min_run_time / rounds`` or one
-    call, whichever is longer, plus the two untimed calls ``Timer.timeit`` makes before it."""
+    call, whichever is longer, plus the untimed call before a sample of several calls
+    (:func:`nogradlab.timing._sample`)."""
     target = knobs["min_run_time"] / knobs["rounds"]
-    sample = max(target, t_call) + 2 * t_call
+    sample = max(target, t_call) + (t_call if t_call < target else 0.0)
     per_round = cases * sample
     warm = cases * (knobs["warmup"] * t_call + 2 * max(target, t_call))
     block = max(2, knobs["rounds"] // 2)

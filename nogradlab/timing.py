@@ -373,6 +373,23 @@ def _timer(fn: Callable[[], object], dev: torch.device, threads: int, label: str
                  label=label or None)
 
 
+def _sample(timer: Timer, fn: Callable[[], object], number: int) -> float:
+    """Seconds for ``number`` calls of ``fn`` by ``timer``, after one untimed call (the caches the
+    previous case of a round disturbed are this case's again), except where one call is a whole
+    sample (``number`` 1: the call takes at least ``min_run_time / rounds``, 10 ms in a tiny run,
+    and what the previous case left in the caches is a small part of it; the rotated order gives
+    every case the same predecessors anyway). ``Timer.timeit`` itself makes ``max(number // 100, 2)``
+    untimed calls first: for a ResNet-50 forward on a CPU that was two calls in three spent
+    untimed. The timed calls go through the Timer's own ``_timeit`` (its clock and statement; in
+    every torch release nogradlab supports), else through ``timeit`` where a release lacks it."""
+    timed = getattr(timer, "_timeit", None)
+    if timed is None:
+        return timer.timeit(number).raw_times[0]
+    if number > 1:
+        fn()
+    return timed(number)
+
+
 def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int, name: str = "fn") -> None:
     """``warmup`` untimed calls; the first one's result is looked at (one call is made for that when
     ``warmup`` is 0): lazy work (a generator, an iterator, a future) warns, since timing it times
@@ -494,10 +511,10 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     1. Every case is called ``warmup`` times (untimed).
     2. Each case gets its own ``number`` of calls per sample, calibrated so a sample takes about
        ``min_run_time / rounds`` seconds.
-    3. ``rounds`` rounds: each round times every case once with ``Timer(...).timeit(number)``, in an
-       order rotated by one each round (ABC, BCA, CAB, ...). ``Timer.timeit`` itself makes a few
-       untimed calls (``max(number // 100, 2)``) just before each sample, so no case pays for the
-       cache the previous case disturbed.
+    3. ``rounds`` rounds: each round times every case once (a ``torch.utils.benchmark.Timer`` of
+       ``number`` calls), in an order rotated by one each round (ABC, BCA, CAB, ...). One untimed
+       call comes just before each sample of several calls, so no case pays for the cache the
+       previous case disturbed (:func:`_sample`).
     4. Per case, a :class:`Timing` over its per-round samples; speedup over ``baseline`` (default:
        the first case) with a paired bootstrap CI (:func:`bootstrap_speedup`, seeded by ``seed``).
 
@@ -562,8 +579,7 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
             order = tuple(names[(r + j) % k] for j in range(k))
             orders.append(order)
             for n in order:
-                m = timers[n].timeit(number[n])
-                samples[n].append(m.raw_times[0] / number[n])
+                samples[n].append(_sample(timers[n], cases[n], number[n]) / number[n])
             if bar is not None:
                 bar.update(1)
 

@@ -44,14 +44,15 @@ def test_a_condition_is_planned_from_the_protocols_knobs():
     k = dict(rounds=10, min_run_time=0.1, warmup=3, max_rounds=400, time_budget=1.5)
     # a fast call: the rounds run until the time budget (as if undecided), plus one block
     fast = plan.planned_condition(k, cases=2, t_call=1e-4, build_s=0.0)
-    per_round = 2 * (0.01 + 2e-4)
+    per_round = 2 * (0.01 + 1e-4)  # a sample, and the untimed call before it
     warm = 2 * (3e-4 + 2 * 0.01)
     assert fast == pytest.approx(warm + 1.5 + 5 * per_round)
     # ... or until their most rounds, whichever comes first
     assert plan.planned_condition({**k, "max_rounds": 40}, 2, 1e-4, 0.0) == pytest.approx(warm + 40 * per_round)
-    # a slow call: the minimum rounds alone pass the budget; every sample pays Timer's two untimed calls
+    # a slow call (longer than a sample): timed alone, no untimed call before it; the minimum
+    # rounds reach the budget
     slow = plan.planned_condition(k, cases=3, t_call=0.1, build_s=1.0)
-    assert slow == pytest.approx(1.0 + 3 * (0.3 + 0.2) + 10 * 3 * 0.3)
+    assert slow == pytest.approx(1.0 + 3 * (0.3 + 0.2) + 10 * 3 * 0.1)
     # more rounds or cases cost more; a larger budget never costs less
     assert plan.planned_condition({**k, "rounds": 20}, 3, 0.1, 1.0) > slow
     assert plan.planned_condition(k, 4, 0.1, 1.0) > slow

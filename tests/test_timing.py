@@ -180,10 +180,24 @@ def test_compare_interleaves_and_rotates():
     runs = [(name, len(list(group))) for name, group in itertools.groupby(log)]
     measured = runs[-rounds * 3:]
     assert [name for name, _ in measured] == [n for order in expected for n in order]
-    # Each run is one Timer.timeit(number): max(number // 100, 2) untimed calls + number timed.
+    # Each run is one sample: one untimed call, then number timed (timing._sample).
     for name, length in measured:
         number = c.timings[name].number_per_sample
-        assert length == number + max(number // 100, 2)
+        assert number > 1 and length == number + 1
+
+
+def test_a_sample_of_one_call_has_no_untimed_call():
+    """A call at least a sample long (number 1) is timed alone: two ResNet-50 forwards in three
+    were spent untimed before. Each measured run of the log is then exactly one call."""
+    import time as _time
+
+    log = []
+    # three cases: neighbouring rounds never start with the case that ended the previous one
+    cases = {n: (lambda n=n: (log.append(n), _time.sleep(0.004))) for n in ("a", "b", "c")}
+    c = compare(cases, rounds=4, min_run_time=0.008, warmup=1)  # a sample: 2 ms < one call
+    assert all(t.number_per_sample == 1 for t in c.timings.values())
+    runs = [(name, len(list(group))) for name, group in itertools.groupby(log)]
+    assert runs[-12:] == [(n, 1) for order in c.orders for n in order]
 
 
 def test_bootstrap_deterministic_for_seed():
