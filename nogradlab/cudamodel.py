@@ -653,6 +653,10 @@ class AllocationRecorder(TorchDispatchMode):
     def _add(self, st):
         key = self._key()
         self.events.append(("alloc", key, int(st.nbytes())))
+        self._register(st, key)
+
+    def _register(self, st, key):
+        """Know ``st`` as the storage allocated under ``key`` (its death is recorded as a free)."""
         sid = id(st)
         ref = weakref.ref(st, lambda r, k=key, sid=sid: self._freed(k, sid, r))
         self._refs[id(ref)] = ref
