@@ -20,10 +20,11 @@ Covered: C04 C09 C25.
 * **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
-At ``scale="tiny"`` on a CPU, C04 takes about 11 s, C09 about 15 s (a few more in a fresh process) and
-C25 about 2 s on two busy cores: an estimate of a full-size model costs ~0.3-1 s whatever the scale,
-and a search needs 5 to 20 of them, each replayed through the allocator's model. ``ctx.params`` knobs are
-named in each docstring.
+At ``scale="tiny"`` on a CPU, C04 and C09 take about 5 s each in a ``claims`` run on a 2-core AMD EPYC
+(2026-12-01; C09 6 s in a notebook's fresh kernel): an estimate of a full-size model costs 0.1-0.6 s
+whatever the scale (a training step the most; the model is built for real once, then copied:
+``memory._Templates``), and a search needs 4 to 15 of them, each replayed through the allocator's
+model. ``ctx.params`` knobs are named in each docstring.
 """
 from __future__ import annotations
 
