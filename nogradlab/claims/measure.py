@@ -474,11 +474,19 @@ class Condition:
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None}
 
 
+#: the cases of a forward condition read against edges over grad (C03, C17, C20, C12's forward rows); the
+#: levers (inference_mode, autocast, channels_last) are read against no_grad instead (X01 shows its
+#: ratio, X05 ties the levers whose intervals overlap no_grad's), by no edge over grad
+_EDGE_CASES = ("no_grad", "no_grad (fast path off)")
+
+
 def _condition_edges(name: str) -> list:
-    """The speedups (over grad) at which a rule reading a forward condition of workload ``name``
-    changes its answer: 1 (faster or not: C17, X05's ties), C03's band of time saved and C20's band
-    of throughput gain for the workload. The condition's rounds go on until no interval straddles
-    one of them (:func:`nogradlab.timing.resolves`)."""
+    """The speedups (over grad) at which a rule reading a no_grad case of a forward condition of
+    workload ``name`` changes its answer: 1 (faster or not: C17), C03's band of time saved and C20's
+    band of throughput gain for the workload. The condition's rounds go on until no interval of a
+    case in :data:`_EDGE_CASES` straddles one of them (:func:`nogradlab.timing.resolves`): a lever's
+    interval next to grad's decides nothing (an autocast lever as fast as grad on a CPU kept every
+    tiny condition running to its time budget)."""
     lo, hi = RULES["C03"].band.edges
     edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
     if name in ARTICLE_TABLE:
@@ -512,9 +520,11 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
             cases[s] = _case_fn(name, s, model, x, ctx.device, holder)
         with _torch_threads(knobs["num_threads"]), \
                 timing.timing_state(ctx.device, warm_fn=cases["grad"]) as state:
-            # intervals narrower than 1 % of a speedup around an edge would take too long to move off it
+            # intervals narrower than 1 % of a speedup around an edge would take too long to move off it;
+            # the edges are the no_grad cases' only (_condition_edges)
+            edges = {s: _condition_edges(name) for s in cases if s in _EDGE_CASES}
             cmp = timing.compare(cases, baseline="grad", device=ctx.device, seed=ctx.seed,
-                                 until=timing.resolves(_condition_edges(name), min_width=0.01), **knobs)
+                                 until=timing.resolves(edges, min_width=0.01), **knobs)
     except torch.OutOfMemoryError:
         cmp, state = None, timing.gpu_state(ctx.device)
         skipped["all"] = f"out of memory at batch {batch} on {ctx.device}"
