@@ -5,18 +5,24 @@ Prints, beside each budget, what this machine measured:
    memory (the kernel and what it starts, high-water marks from /proc) and its slowest cells;
 2. `python -m nogradlab claims --device cpu --scale tiny`: seconds in all and per claim;
 3. with --make-run: `python -m nogradlab run --device cpu --scale tiny` into a temporary folder;
-4. with --fresh-clone: `make test` in a fresh clone of this checkout, install included.
+4. with --fresh-clone: `make test` in a fresh clone of this checkout, install included;
+5. with --memory-limit 1e9: every notebook again, papermill and kernel in a memory cgroup of that
+   size (Linux, root; nogradlab.procmem.MemoryLimit): whether it fits a container's cap such as
+   mybinder.org's 1 GB guarantee, and what fitting costs (seconds, file pages read back).
 
 Memory: a kernel's peak RSS includes what importing PyTorch costs, which depends on the build: the CUDA
-wheels from PyPI map their CUDA libraries at import (torch 2.14.1+cu130: about 0.73 GB for `import torch`
-alone; the CPU wheel torch 2.13.0+cpu: 0.22 GB, both measured on this machine). So the benchmark also
+wheels from PyPI map their CUDA libraries at import (torch 2.14.1+cu130: 0.53 GB for `import torch`
+alone; the CPU wheel torch 2.13.0+cpu: 0.24 GB, both measured on this machine). So the benchmark also
 measures the import floor (a kernel that only imports) and prints each notebook's figure above it.
+Much of a kernel's RSS is clean file-backed pages, which a capped container drops and reads back:
+--memory-limit measures whether a notebook fits such a cap, beside what it touched.
 
 Budgets (issue 15): a notebook <= 30 s, the papermill pass <= 150 s, claims <= 45 s, run <= 180 s,
 every kernel's peak RSS <= 1.0 GB. They are printed, never asserted in a test: machines differ by
 2-3x in speed. --json FILE writes every figure (with the machine it ran on) for results/.
 
-    python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--fresh-clone] [--json FILE]
+    python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--fresh-clone]
+                                [--memory-limit 1e9 [--warm-cache]] [--json FILE]
 """
 from __future__ import annotations
 
@@ -40,8 +46,10 @@ BUDGETS = {"notebook_s": 30.0, "papermill_total_s": 150.0, "claims_s": 45.0, "ru
 
 
 def machine() -> dict:
-    import torch
-
+    # torch's version from a child process: this one must not map torch's libraries, or a kernel in
+    # --memory-limit's cgroup would share pages charged to this process and look smaller than it is
+    torch_version = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True).stdout.strip() or "not importable"
     cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
@@ -51,7 +59,7 @@ def machine() -> dict:
     except OSError:
         pass
     return {"cpu": cpu, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__,
+            "python": platform.python_version(), "torch": torch_version,
             "load_avg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None}
 
 
@@ -97,12 +105,12 @@ def run_notebooks(stems, cells: int, floor: int = 0) -> dict:
             pass
         slow.sort(reverse=True)
         rows[p.stem] = {"seconds": round(seconds, 2), "check_cells_seconds": round(checks, 2),
-                        "peak_rss_bytes": rss.peak, "error": error,
+                        "peak_rss_bytes": rss.peak, "anon_peak_bytes": rss.anon_peak, "error": error,
                         "slowest_cells": [{"seconds": s, "cell": i, "first_line": t} for s, i, t in slow[:cells]]}
         rows[p.stem]["above_import_floor_bytes"] = rss.peak - floor
         print(f"  {mark(seconds, BUDGETS['notebook_s'])} {p.stem:<40} {seconds:6.1f} s   "
               f"{mark(rss.peak, BUDGETS['kernel_peak_rss_bytes'])} peak RSS {rss.peak / 1e6:6.0f} MB "
-              f"({(rss.peak - floor) / 1e6:+5.0f} MB over the import floor)"
+              f"({(rss.peak - floor) / 1e6:+5.0f} MB over the import floor; anonymous {rss.anon_peak / 1e6:4.0f} MB)"
               + (f"   FAILED {error}" if error else ""))
         for s, i, t in slow[:cells]:
             print(f"         cell {i:3d} {s:6.2f} s  {t}")
@@ -112,6 +120,49 @@ def run_notebooks(stems, cells: int, floor: int = 0) -> dict:
         print(f"  {mark(total, BUDGETS['papermill_total_s'])} {'whole pass':<40} {total:6.1f} s   "
               f"(budget {BUDGETS['papermill_total_s']:.0f} s); highest peak RSS {peak / 1e6:.0f} MB")
     return {"notebooks": rows, "total_seconds": round(total, 2), "highest_peak_rss_bytes": peak}
+
+
+def run_boxed(stems, limit: float, cold: bool = True, timeout: float = 300.0) -> dict:
+    """Each notebook through papermill's command line in a memory cgroup capped at ``limit`` bytes,
+    papermill (the client, as the Jupyter server would be on Binder) and its kernel both inside: does
+    it fit, and at what cost (the seconds, the file pages read back)? A cold page cache before each
+    notebook makes the libraries' pages count against the cap, as in a fresh container."""
+    from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable, drop_page_cache
+
+    try:
+        MemoryLimit(limit)
+    except (MemoryLimitUnavailable, ValueError) as e:
+        print(f"\n== 1b. notebooks in a memory cgroup: not available here ({e})")
+        return {"error": str(e)}
+    out_dir = Path(tempfile.mkdtemp(prefix="nogradlab-boxed-"))
+    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if stems:
+        paths = [p for p in paths if p.stem[:2] in stems or p.stem in stems]
+    print(f"\n== 1b. notebooks through papermill in a memory cgroup of {limit / 1e9:.2f} GB, papermill and the "
+          f"kernel inside{', from a cold page cache' if cold else ''} (device=cpu, scale=tiny)")
+    rows = {}
+    for p in paths:
+        if cold:
+            drop_page_cache()
+        cmd = [sys.executable, "-m", "papermill", str(p), str(out_dir / p.name), "-p", "device", "cpu",
+               "-p", "scale", "tiny", "-k", "python3", "--cwd", str(p.parent), "--no-progress-bar"]
+        t0 = time.perf_counter()
+        with PeakRSS(kernels_only=True) as rss, MemoryLimit(limit) as box:
+            try:
+                proc = box.run(cmd, timeout=timeout, capture_output=True, text=True)
+                outcome = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                outcome = f"timed out after {timeout:.0f} s"
+            seconds = time.perf_counter() - t0
+            st = box.stats()
+        if st["oom_kills"]:
+            outcome = f"killed for memory ({st['oom_kills']}x)"
+        rows[p.stem] = {"outcome": outcome, "seconds": round(seconds, 2), "kernel_peak_rss_bytes": rss.peak, **st}
+        print(f"  {'ok  ' if outcome == 'ok' else 'FAIL'} {p.stem:<40} {seconds:6.1f} s   anonymous memory "
+              f"{st['anon_peak_bytes'] / 1e6:5.0f} MB (client and kernel), kernel RSS {rss.peak / 1e6:5.0f} MB, "
+              f"{st['refault_bytes'] / 1e6:6.0f} MB of file pages read back" + ("" if outcome == "ok" else f"   {outcome}"))
+    return {"limit_bytes": int(limit), "cold_page_cache": cold, "timeout_s": timeout, "notebooks": rows,
+            "all_fit": all(r["outcome"] == "ok" for r in rows.values())}
 
 
 def run_claims() -> dict:
@@ -168,6 +219,11 @@ def main(argv=None) -> int:
     ap.add_argument("--make-run", action="store_true", help="also time `python -m nogradlab run` (about 3 min)")
     ap.add_argument("--fresh-clone", action="store_true",
                     help="also time `make test` in a fresh clone, install included (10-15 min)")
+    ap.add_argument("--memory-limit", type=float, default=None, metavar="BYTES",
+                    help="also run each notebook in a memory cgroup of BYTES (e.g. 1e9, Binder's guarantee), "
+                         "papermill and kernel inside; Linux, root")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="with --memory-limit: keep the page cache (by default it is dropped before each notebook)")
     ap.add_argument("--cells", type=int, default=3, help="slowest cells shown per notebook")
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
@@ -181,6 +237,9 @@ def main(argv=None) -> int:
         print(f"\nimport floor: a kernel that only imports torch, torchvision, pandas, matplotlib and nogradlab "
               f"peaks at {floor / 1e6:.0f} MB with this PyTorch build ({out['machine']['torch']})")
         out["papermill"] = run_notebooks([s for s in args.notebooks.split(",") if s], args.cells, floor)
+    if args.memory_limit is not None:
+        out["memory_limit"] = run_boxed([s for s in args.notebooks.split(",") if s], args.memory_limit,
+                                        cold=not args.warm_cache)
     if not args.no_claims:
         out["claims"] = run_claims()
     if args.make_run:
