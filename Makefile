@@ -104,8 +104,9 @@ lab: install
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS) notebooks/00_index.ipynb
 
 # Speed and memory targets live here, not in the tests: the learner's-session budgets (each notebook,
-# claims, run; peak RSS) beside this machine's figures, then the measurement core's own benchmark.
-BENCH_ARGS ?= --make-run
+# claims, run; peak RSS; each notebook in a 1.0 GB memory cgroup, as root) beside this machine's figures,
+# then the measurement core's own benchmark.
+BENCH_ARGS ?= --make-run --memory-limit 1e9
 bench: install
 	$(PY) benchmarks/session.py $(BENCH_ARGS)
 	$(PY) benchmarks/probes.py

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-NOTEBOOK_FILES = {"test_notebooks.py", "test_cli.py", "test_output_safety.py", "test_make_lab.py"}
+NOTEBOOK_FILES = {"test_notebooks.py", "test_cli.py", "test_output_safety.py", "test_make_lab.py",
+                  "test_session_bench.py"}
 BROWSER_FILES = {"test_browser_lab.py", "test_report_mobile.py", "test_book.py"}
 GPU_FILES = {"test_gpu_reference.py"}
 INTEGRATION_FILES = {"test_claims_numbers.py", "test_claims_semantics.py", "test_verdicts.py",
@@ -69,7 +70,8 @@ def pytest_terminal_summary(terminalreporter):
     tr.section("notebooks through papermill (device=cpu, scale=tiny)")
     for stem, r in runs.items():
         above = f"   {r['above_floor'] / 1e6:+5.0f} MB over the import floor" if "above_floor" in r else ""
-        tr.write_line(f"{stem:<40} {r['seconds']:7.1f} s   kernel peak RSS {r['peak_rss'] / 1e6:7.0f} MB{above}")
+        anon = f", anonymous {r['anon_peak'] / 1e6:5.0f} MB" if r.get("anon_peak") else ""
+        tr.write_line(f"{stem:<40} {r['seconds']:7.1f} s   kernel peak RSS {r['peak_rss'] / 1e6:7.0f} MB{above}{anon}")
     total = sum(r["seconds"] for r in runs.values())
     peak = max(r["peak_rss"] for r in runs.values())
     tr.write_line(f"{'total':<40} {total:7.1f} s   highest peak RSS {peak / 1e6:7.0f} MB")

@@ -370,7 +370,7 @@ def test_papermill_executes(stem, import_floor):
         try:
             _papermill(stem, {"device": "cpu", "scale": "tiny"}, OUT_DIR / f"{stem}.ipynb")
         finally:
-            RUNS[stem] = {"seconds": time.perf_counter() - t0, "peak_rss": rss.peak}
+            RUNS[stem] = {"seconds": time.perf_counter() - t0, "peak_rss": rss.peak, "anon_peak": rss.anon_peak}
     executed = _read(OUT_DIR / f"{stem}.ipynb")
     blank = [i for i, c in enumerate(executed.cells) if c.cell_type == "code" and "plots." in c.source
              and not any("image/png" in o.get("data", {}) for o in c.outputs)]

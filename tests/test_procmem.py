@@ -106,3 +106,4 @@ def test_peak_rss_reports_anonymous_memory_below_the_resident_peak():
                        capture_output=True)
     assert rss.anon_peak >= 200 * 2**20
     assert rss.anon_peak <= rss.peak
+
