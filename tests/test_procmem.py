@@ -64,6 +64,31 @@ def test_it_makes_its_group_writes_the_cap_and_removes_only_its_own(tmp_path, mo
         box.run(["true"])
 
 
+@pytest.mark.parametrize("version, files, anon", [
+    (1, {"memory.max_usage_in_bytes": "52428800\n", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+         "memory.stat": "rss 1\ntotal_rss 3145728\ntotal_shmem 1048576\nworkingset_refault_file 10\npgmajfault 7\n"},
+     4 * 2**20),
+    (2, {"memory.peak": "52428800\n", "memory.events": "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\n",
+         "memory.stat": "anon 3145728\nfile 9\nshmem 1048576\nworkingset_refault_file 10\npgmajfault 7\n"},
+     4 * 2**20),
+])
+def test_stats_read_each_cgroup_version(version, files, anon, tmp_path, monkeypatch):
+    """The figures as each version's files give them (stand-in files): peak charge, OOM kills,
+    anonymous memory (anon/rss and shmem), file pages read back (pages of 4 KiB), major faults."""
+    if version == 1:
+        (tmp_path / "memory.limit_in_bytes").write_text("max")
+    monkeypatch.setattr(MemoryLimit, "_rmdir", staticmethod(shutil.rmtree))
+    with MemoryLimit(2**30, parent=str(tmp_path)) as box:
+        assert box.version == version
+        assert open(os.path.join(box.path, "memory.limit_in_bytes" if version == 1 else "memory.max")).read() \
+            == str(2**30)
+        for name, text in files.items():
+            open(os.path.join(box.path, name), "w").write(text)
+        st = box.stats()
+    assert st == {"limit_bytes": 2**30, "peak_bytes": 52428800, "anon_peak_bytes": anon, "oom_kills": 2,
+                  "refault_bytes": 10 * 4096, "major_faults": 7, "cgroup_version": version}
+
+
 @needs_cgroup
 def test_a_command_over_the_cap_is_killed_and_counted():
     with MemoryLimit(64 * 2**20) as box:
