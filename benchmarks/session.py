@@ -131,7 +131,7 @@ def run_boxed(stems, limit: float, cold: bool = True, timeout: float = 300.0) ->
 
     try:
         MemoryLimit(limit)
-    except (MemoryLimitUnavailable, ValueError) as e:
+    except MemoryLimitUnavailable as e:
         print(f"\n== 1b. notebooks in a memory cgroup: not available here ({e})")
         return {"error": str(e)}
     out_dir = Path(tempfile.mkdtemp(prefix="nogradlab-boxed-"))
@@ -227,6 +227,15 @@ def main(argv=None) -> int:
     ap.add_argument("--cells", type=int, default=3, help="slowest cells shown per notebook")
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
+    if args.memory_limit is not None:  # a bad value is refused now, not after minutes of notebooks
+        from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable
+
+        try:
+            MemoryLimit(args.memory_limit)
+        except ValueError as e:
+            ap.error(f"--memory-limit: {e}")
+        except MemoryLimitUnavailable:
+            pass  # said in its section; the other figures still come
     m = machine()
     print(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}, "
           f"load average at start {m['load_avg_at_start']}")

@@ -3,6 +3,7 @@ cgroup (nogradlab.procmem.MemoryLimit). Starts a Jupyter kernel, hence the ``not
 run in a real cgroup skips where the machine gives none (Linux, root)."""
 from __future__ import annotations
 
+import pytest
 from test_procmem import needs_cgroup
 
 
@@ -38,3 +39,15 @@ def test_the_benchmark_runs_a_notebook_in_a_cgroup_and_reports_it():
     assert row["outcome"] == "ok" and out["all_fit"] is True
     assert row["oom_kills"] == 0 and row["limit_bytes"] == 10**9
     assert 0 < row["anon_peak_bytes"] <= 10**9 and 0 < row["kernel_peak_rss_bytes"]
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "1e3", "inf"])
+def test_a_bad_memory_limit_is_refused_before_any_work(value, capsys, monkeypatch):
+    mod = _session_benchmark()
+    ran = []
+    monkeypatch.setattr(mod, "import_floor", lambda *a, **k: ran.append("floor"))
+    monkeypatch.setattr(mod, "run_claims", lambda *a, **k: ran.append("claims"))
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--memory-limit", value])
+    assert e.value.code == 2 and ran == []
+    assert "--memory-limit: limit_bytes must be a number of bytes >= 1 MiB (e.g. 1e9)" in capsys.readouterr().err
