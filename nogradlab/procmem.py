@@ -66,27 +66,25 @@ class PeakRSS:
         return sum(self.peaks.values())
 
     @staticmethod
-    def _anon(proc) -> int:
+    def _status_bytes(proc, field: str):
+        """A ``kB`` field of ``/proc/<pid>/status`` in bytes; None where /proc has no such figure."""
+        try:
+            with open(f"/proc/{proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return None
+
+    def _anon(self, proc) -> int:
         """Anonymous resident bytes (``RssAnon``): the part a container cannot drop under its cap, unlike
         the file-backed pages (the libraries' code) that RSS counts too. 0 where /proc has no figure."""
-        try:
-            with open(f"/proc/{proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("RssAnon:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return self._status_bytes(proc, "RssAnon") or 0
 
     def _high_water(self, proc) -> int:
-        try:
-            with open(f"/proc/{proc.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return proc.memory_info().rss
+        hwm = self._status_bytes(proc, "VmHWM")
+        return hwm if hwm is not None else proc.memory_info().rss
 
     def _kernel_trees(self, kids) -> list:
         """The Jupyter kernels among ``kids`` and their descendants (not, say, a server another
