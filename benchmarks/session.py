@@ -67,14 +67,22 @@ def mark(value, budget) -> str:
     return "ok  " if value <= budget else "OVER"
 
 
+def notebook_paths(stems) -> list:
+    """The notebooks to run: all of them, or those whose number or stem is in ``stems``."""
+    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    return [p for p in paths if p.stem[:2] in stems or p.stem in stems] if stems else paths
+
+
 def run_notebooks(stems, cells: int, floor: int = 0) -> dict:
+    with tempfile.TemporaryDirectory(prefix="nogradlab-bench-") as d:  # the executed copies go with it
+        return _run_notebooks(stems, cells, floor, Path(d))
+
+
+def _run_notebooks(stems, cells: int, floor: int, out_dir: Path) -> dict:
     import nbformat
     import papermill as pm
 
-    out_dir = Path(tempfile.mkdtemp(prefix="nogradlab-bench-"))
-    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if stems:
-        paths = [p for p in paths if p.stem[:2] in stems or p.stem in stems]
+    paths = notebook_paths(stems)
     rows = {}
     print(f"\n== 1. notebooks through papermill (device=cpu, scale=tiny); budget {BUDGETS['notebook_s']:.0f} s "
           f"and {BUDGETS['kernel_peak_rss_bytes'] / 1e9:.1f} GB each")
@@ -127,17 +135,20 @@ def run_boxed(stems, limit: float, cold: bool = True, timeout: float = 300.0) ->
     papermill (the client, as the Jupyter server would be on Binder) and its kernel both inside: does
     it fit, and at what cost (the seconds, the file pages read back)? A cold page cache before each
     notebook makes the libraries' pages count against the cap, as in a fresh container."""
-    from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable, drop_page_cache
+    from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable
 
     try:
         MemoryLimit(limit)
     except MemoryLimitUnavailable as e:
         print(f"\n== 1b. notebooks in a memory cgroup: not available here ({e})")
         return {"error": str(e)}
-    out_dir = Path(tempfile.mkdtemp(prefix="nogradlab-boxed-"))
-    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    if stems:
-        paths = [p for p in paths if p.stem[:2] in stems or p.stem in stems]
+    with tempfile.TemporaryDirectory(prefix="nogradlab-boxed-") as d:
+        return _run_boxed(notebook_paths(stems), limit, cold, timeout, Path(d))
+
+
+def _run_boxed(paths, limit, cold, timeout, out_dir) -> dict:
+    from nogradlab.procmem import MemoryLimit, drop_page_cache
+
     print(f"\n== 1b. notebooks through papermill in a memory cgroup of {limit / 1e9:.2f} GB, papermill and the "
           f"kernel inside{', from a cold page cache' if cold else ''} (device=cpu, scale=tiny)")
     rows = {}

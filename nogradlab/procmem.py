@@ -14,8 +14,13 @@ between two polls is not missed.
 """
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
+import warnings
 
 __all__ = ["PeakRSS", "import_floor", "FLOOR_IMPORTS", "MemoryLimit", "MemoryLimitUnavailable", "drop_page_cache"]
 
@@ -195,8 +200,6 @@ class MemoryLimit:
 
     @classmethod
     def _find(cls, parent):
-        import os
-
         def writable(d):
             return os.path.isdir(d) and os.access(d, os.W_OK)
 
@@ -224,14 +227,12 @@ class MemoryLimit:
 
     # -- life ---------------------------------------------------------------------------------
     def _write(self, name: str, value) -> None:
-        import os
-
         with open(os.path.join(self.path, name), "w") as f:
             f.write(str(value))
 
     def _read(self, name: str) -> str:
-        import os
-
+        if self.path is None:
+            return ""
         try:
             with open(os.path.join(self.path, name)) as f:
                 return f.read()
@@ -239,8 +240,6 @@ class MemoryLimit:
             return ""
 
     def __enter__(self):
-        import os
-
         name = f"nogradlab-{os.getpid()}-{id(self):x}"
         self.path = os.path.join(self.parent, name)
         os.mkdir(self.path)
@@ -267,15 +266,20 @@ class MemoryLimit:
         self._remove()
         return False
 
-    def _anon(self) -> int:
-        """Anonymous memory charged to the group now (what it cannot drop under the cap)."""
-        keys = ("total_rss", "total_shmem") if self.version == 1 else ("anon", "shmem")
-        total = 0
+    def _stat(self) -> dict:
+        """The group's ``memory.stat`` as numbers."""
+        out = {}
         for line in self._read("memory.stat").splitlines():
             k, _, v = line.partition(" ")
-            if k in keys and v.strip().isdigit():
-                total += int(v)
-        return total
+            if v.strip().isdigit():
+                out[k] = int(v)
+        return out
+
+    def _anon(self, stat: dict | None = None) -> int:
+        """Anonymous memory charged to the group now (what it cannot drop under the cap)."""
+        stat = self._stat() if stat is None else stat
+        keys = ("total_rss", "total_shmem") if self.version == 1 else ("anon", "shmem")
+        return sum(stat.get(k, 0) for k in keys)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -285,42 +289,38 @@ class MemoryLimit:
     def pids(self) -> list:
         return [int(p) for p in self._read("cgroup.procs").split()]
 
-    def _remove(self) -> None:
-        """Kill what still runs in the group (its processes are the ones :meth:`run` put there), wait
-        for it to empty, then remove the group's directory, nothing else."""
-        import os
-        import signal
-        import time
+    def _kill_all(self) -> list:
+        """SIGKILL every live process in the group (the ones :meth:`run` put there and what they
+        started); the pids it signalled."""
+        left = [pid for pid in self.pids() if os.path.exists(f"/proc/{pid}")]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return left
 
+    def _remove(self) -> None:
+        """Kill what still runs in the group, wait for it to empty (10 s at most), then remove the
+        group's directory, nothing else."""
         if self.path is None:
             return
         deadline = time.monotonic() + 10
-        while True:
-            left = [pid for pid in self.pids() if os.path.exists(f"/proc/{pid}")]
-            if not left or time.monotonic() > deadline:
-                break
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        while self._kill_all() and time.monotonic() < deadline:
             time.sleep(0.05)
         try:
             self._rmdir(self.path)
         except OSError as e:
-            import warnings
-
             warnings.warn(f"could not remove the memory cgroup {self.path}: {e}", RuntimeWarning, stacklevel=3)
         self.path = None
 
-    _rmdir = staticmethod(lambda path: __import__("os").rmdir(path))  # a cgroup goes with rmdir, files and all
+    @staticmethod
+    def _rmdir(path: str) -> None:
+        os.rmdir(path)  # a cgroup goes with rmdir, its files and all
 
     def run(self, cmd, timeout: float | None = None, **kwargs):
         """``subprocess.run(cmd, ...)`` with the child (and all it starts) inside the group from its
         first instruction. On ``timeout`` the whole group is killed and ``TimeoutExpired`` raised."""
-        import os
-        import subprocess
-
         if self.path is None:
             raise RuntimeError("MemoryLimit.run outside its `with` block")
         procs = os.path.join(self.path, "cgroup.procs")
@@ -330,37 +330,25 @@ class MemoryLimit:
         try:
             return subprocess.run(wrapped, timeout=timeout, **kwargs)
         except subprocess.TimeoutExpired:
-            for pid in self.pids():
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
+            self._kill_all()
             raise
 
     def stats(self) -> dict:
-        """What the group measured so far: its peak charge (bytes: anonymous memory and page cache
-        together; under a cap the page cache fills it to the cap), the peak of its anonymous memory
-        alone (polled every 50 ms, so a shorter peak can be missed), how many of its processes the kernel killed for memory, and how many bytes of
-        dropped file pages it had to read back (the cost of fitting under the cap)."""
-        stat = {}
-        for line in self._read("memory.stat").splitlines():
-            k, _, v = line.partition(" ")
-            if v.strip().isdigit():
-                stat[k] = int(v)
-        if self.version == 1:
-            peak = self._read("memory.max_usage_in_bytes")
-            oom = dict(line.split() for line in self._read("memory.oom_control").splitlines() if " " in line)
-            kills = int(oom.get("oom_kill", 0))
-        else:
-            peak = self._read("memory.peak")
-            events = dict(line.split() for line in self._read("memory.events").splitlines() if " " in line)
-            kills = int(events.get("oom_kill", 0))
+        """What the group measured so far (call it inside the ``with`` block): its peak charge (bytes:
+        anonymous memory and page cache together; under a cap the page cache fills it to the cap), the
+        peak of its anonymous memory alone (polled every 50 ms, so a shorter peak can be missed), how
+        many of its processes the kernel killed for memory, and how many bytes of dropped file pages it
+        had to read back (the cost of fitting under the cap)."""
+        stat = self._stat()
+        peak_file, events_file = (("memory.max_usage_in_bytes", "memory.oom_control") if self.version == 1
+                                  else ("memory.peak", "memory.events"))
+        peak = self._read(peak_file).strip()
+        events = dict(line.split()[:2] for line in self._read(events_file).splitlines() if " " in line)
         refaults = stat.get("workingset_refault_file", stat.get("workingset_refault", 0))
-        if self.path is not None:
-            self.anon_peak = max(self.anon_peak, self._anon())
-        return {"limit_bytes": self.limit, "peak_bytes": int(peak) if peak.strip().isdigit() else None,
-                "anon_peak_bytes": self.anon_peak,
-                "oom_kills": kills, "refault_bytes": refaults * 4096,
+        self.anon_peak = max(self.anon_peak, self._anon(stat))
+        return {"limit_bytes": self.limit, "peak_bytes": int(peak) if peak.isdigit() else None,
+                "anon_peak_bytes": self.anon_peak, "oom_kills": int(events.get("oom_kill", 0)),
+                "refault_bytes": refaults * os.sysconf("SC_PAGE_SIZE"),
                 "major_faults": stat.get("pgmajfault", 0), "cgroup_version": self.version}
 
 
@@ -368,8 +356,6 @@ def drop_page_cache() -> None:
     """Write dirty pages out, then drop the machine's clean page cache (``/proc/sys/vm/drop_caches``,
     root only): afterwards every library a process maps is read, and charged, anew. Nothing is lost;
     every process reads from disk again once. Raises :class:`MemoryLimitUnavailable` where it can't."""
-    import os
-
     os.sync()
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
