@@ -270,12 +270,18 @@ def _is_claims_doc(doc) -> bool:
 def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> Path:
     """Check, before any work, that a file may be written at ``path``: not a folder, its folder exists
     and is writable, and an existing file there is an earlier nogradlab ``kind`` (``ours(doc)`` of its
-    JSON is true; never a user's file)."""
+    JSON is true; never a user's file). Anything there that is not a regular file (a FIFO, a device,
+    ``/dev/stdout``) is refused without being opened."""
     path = Path(path).expanduser().absolute()
     if path.is_dir():
         raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / kind)!r}")
     if not path.parent.is_dir():
         raise OutputError(f"the folder {str(path.parent)!r} does not exist; create it first")
+    if path.exists() and not path.is_file():
+        # a FIFO (reading it waits for a writer forever), /dev/stdout piped on, /dev/zero (read until memory
+        # runs out): never read, never written; the file is written through a temporary file renamed into place
+        raise OutputError(f"{str(path)!r} is not a regular file (a pipe, FIFO, socket or device); nothing was "
+                          f"read or written. Give the name of a regular file")
     if path.exists():
         try:
             doc = json.loads(path.read_text())

@@ -423,3 +423,39 @@ def test_issue17_a_crash_in_the_report_step_still_leaves_failed_and_failed_txt(t
     failed = tmp_path / "build.failed"
     assert "ValueError: a bug in the report step" in (failed / "FAILED.txt").read_text()
     assert (failed / "notebooks" / "01_fake_ledger.ipynb").exists() and not (tmp_path / "build.partial").exists()
+
+
+# -- --json to something that is not a regular file ------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", ["claims", "estimate"])
+def test_json_to_a_fifo_without_a_reader_is_refused_at_once_not_waited_on(tmp_path, cmd):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    args = (["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C01"] if cmd == "claims" else
+            ["estimate", "torchvision.models:resnet18", "--input", "3x32x32", "--gpu", "1GiB"])
+    proc = cli(*args, "--json", str(fifo), "--no-progress", cwd=tmp_path, timeout=60)  # a hang fails here
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip()
+    assert "not a regular file" in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert fifo.exists() and not fifo.is_file()  # left as it was
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "/dev/null"])
+def test_json_to_a_device_is_refused_without_reading_it(target, tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(outdir.OutputError, match="not a regular file"):
+        outdir.check_file_target(target)  # /dev/zero would be read until memory runs out
+    assert time.monotonic() - t0 < 10
+
+
+def test_json_to_dev_stdout_piped_into_another_process_is_refused(tmp_path):
+    code = ("import sys; from nogradlab.__main__ import main; "
+            "sys.exit(main(['claims', '--device', 'cpu', '--ids', 'C01', '--json', '/dev/stdout', '--no-progress']))")
+    p1 = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        out, err = p1.communicate(timeout=120)
+    finally:
+        if p1.poll() is None:
+            p1.kill()
+    assert p1.returncode == 2 and b"not a regular file" in err, err
