@@ -368,11 +368,17 @@ def _main(argv=None) -> int:
     a = parse_args(argv)
     if a.merge:
         return merge_main(a)
-    dev = nd.resolve(a.device)
-    scale = workloads.resolve_scale(a.scale, dev)
-    ids = [c.strip() for c in a.claims.split(",") if c.strip()] or claims.ids()
-    for c in ids:
-        claims.get(c)
+    try:  # bad input: one line naming what is allowed, exit 2, before any work
+        dev = nd.resolve(a.device)
+        scale = workloads.resolve_scale(a.scale, dev)
+        ids = [c.strip().upper() for c in a.claims.split(",") if c.strip()] or claims.ids()
+        for c in ids:
+            claims.get(c)
+        for w in (w.strip() for w in a.workloads.split(",")):
+            if w:
+                workloads.get(w, scale)
+    except (ValueError, RuntimeError) as e:
+        raise Refused(" ".join(str(e).split())) from None
     info = nd.describe(dev)
     machine = report.machine_slug(info)
     earlier = None

@@ -213,3 +213,19 @@ def test_finding1_a_full_disk_or_a_failed_rename_keeps_every_earlier_file(rehear
     with pytest.raises(OSError, match="No space left"):
         mod.main(_resume_args(folder, tmp_path))
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no temporary file left either
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--device", "tpu"], "allowed"),
+    (["--device", "cuda:7"], ""),
+    (["--claims", "C99"], "allowed"),
+    (["--claims", "C06", "--workloads", "nosuch"], ""),
+    (["--scale", "huge"], ""),
+])
+def test_bad_arguments_give_one_line_and_exit_2_before_any_work(tmp_path, args, words):
+    p = _run("--out", str(tmp_path), *(["--device", "cpu"] if "--device" not in args else []), *args, timeout=300)
+    err = p.stderr.strip()
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in err and len(err.splitlines()) == 1 and err.startswith("error: "), err
+    assert words in err
+    assert list(tmp_path.iterdir()) == []
