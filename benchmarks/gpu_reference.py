@@ -32,6 +32,10 @@ Partial runs (a run split by its time budget, or one that stopped):
         # runs only the claims without a verdict there, then writes the merged claims.json
     python benchmarks/gpu_reference.py --merge part1/claims.json part2/claims.json --out results
         # no measurement: merges finished partial runs (same machine, scale, torch) into one
+
+A partial run (``--claims`` a subset, or a check that failed) never replaces a complete
+``<out>/<machine>/claims.json`` unasked: ``--claims`` is refused before any work, and a run whose check
+failed writes ``claims.partial.json`` beside the complete file; ``--force`` replaces it.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ import torch  # noqa: E402
 
 from nogradlab import batch, claims, memory, modes, report, workloads  # noqa: E402
 from nogradlab import device as nd  # noqa: E402
-from nogradlab.outdir import write_text_atomic  # noqa: E402
+from nogradlab.outdir import OutputError, check_not_partial_over_complete, write_text_atomic  # noqa: E402
 
 GiB = 2 ** 30
 FMT = memory.format_bytes
@@ -281,6 +285,9 @@ def parse_args(argv):
                         "<out>/<machine>/claims.json and exit; nothing is measured")
     p.add_argument("--note", default="", help="a note on how the file was made (kept in meta.note)")
     p.add_argument("--commit", default="", help="the nogradlab commit that made the merged runs, when known")
+    p.add_argument("--force", action="store_true",
+                   help="let a partial run (--claims, or a check that failed) replace a complete "
+                        "<out>/<machine>/claims.json (without it a partial run is refused, or written beside it)")
     return p.parse_args(argv)
 
 
@@ -392,6 +399,14 @@ def _main(argv=None) -> int:
         kept = [c for c in ids if c in done]
         ids = [c for c in ids if c not in done]
         log(f"resuming {a.resume}: {len(kept)} verdicts kept, {len(ids)} claims to run")
+    target = Path(a.out) / machine / "claims.json"
+    covered = set(ids) | ({c["id"] for c in earlier["claims"] if c["verdict"] is not None} if earlier else set())
+    if not a.force:  # a partial run never replaces a complete column unasked: refused before any work
+        try:
+            check_not_partial_over_complete(target, covered != set(claims.ids()),
+                                            what=f"this run covers {len(covered)} of {len(claims.ids())} claims")
+        except OutputError as e:
+            raise Refused(str(e)) from None
     names = [w.strip() for w in a.workloads.split(",") if w.strip()] or list(workloads.names())
     for w in names:
         workloads.get(w, scale)
@@ -469,12 +484,20 @@ def _main(argv=None) -> int:
                 seconds=clock.elapsed)
     folder = Path(a.out) / doc["meta"]["machine"]
     # every file through a temporary one renamed into place: a kill or a full disk keeps the earlier file
-    report.write_json(doc, folder / "claims.json")
+    written = folder / "claims.json"
+    if not doc["meta"]["complete"] and not a.force:
+        try:  # some check failed: the complete column there stays, this run's document goes beside it
+            check_not_partial_over_complete(written, True)
+        except OutputError:
+            written = folder / "claims.partial.json"
+            log(f"kept the complete {folder / 'claims.json'}: this run's document is partial (some claims "
+                f"without a verdict); it is in {written} (--force replaces the complete one)")
+    report.write_json(doc, written)
     write_text_atomic(folder / "gpu_reference.json", json.dumps(
         {"meta": {k: meta[k] for k in ("device", "device_label", "torch", "scale", "date", "seconds")},
          **{k: v for k, v in sections.items()}}, indent=1, default=str) + "\n")
     write_text_atomic(folder / "summary.md", summary_md(meta, doc, sections))
-    log(f"wrote {folder}/claims.json, gpu_reference.json, summary.md in {clock.elapsed:.0f} s")
+    log(f"wrote {written}, {folder}/gpu_reference.json, summary.md in {clock.elapsed:.0f} s")
     if failures:
         log("CUDA checks FAILED: " + "; ".join(failures))
         return 1

@@ -2,16 +2,18 @@
 ``python -m nogradlab estimate`` (your own model's GPU memory, without a GPU).
 
     python -m nogradlab run    [--device auto] [--scale auto] [--out build] [--notebooks DIR] [--results DIR]
-    python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0]
+    python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0] [--force]
     python -m nogradlab estimate MODULE:FACTORY --input 3x224x224 [--dtype float32] --gpu 24GiB
                        [--modes grad,no_grad,inference_mode,train] [--allocator native|expandable_segments]
                        [--batch N] [--json FILE]
 
 ``run`` executes every notebook (notebooks/NN_*.ipynb) with papermill and writes ``<out>/report.html``,
 ``<out>/claims.json`` and the executed notebooks with their HTML; ``claims`` runs the claim checks
-alone and prints the verdict table. Both exit 0 only when every claim got a verdict (and, for
-``run``, every notebook ran); 2 on bad arguments or an output path they may not use (checked before any
-work: see ``nogradlab.outdir``); 130 when interrupted (Ctrl-C or SIGTERM).
+alone and prints the verdict table. Both exit 0 only when every claim asked for got a verdict (and,
+for ``run``, every notebook ran); 2 on bad arguments or an output path they may not use (checked before
+any work: see ``nogradlab.outdir``); 130 when interrupted (Ctrl-C or SIGTERM). ``meta.complete`` means
+every claim: ``claims --json`` never replaces a complete claims.json with a partial one (``--ids``, or a
+check that failed) unless given ``--force``.
 """
 from __future__ import annotations
 
@@ -49,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
                    help="reference runs shown beside the verdicts, judged by today's rules "
                         "(default results/ when it exists; --no-results for none)")
     c.add_argument("--no-results", action="store_true", help="show no reference columns")
+    c.add_argument("--force", action="store_true",
+                   help="let --json replace a complete claims.json with a partial one (--ids, or a check failed)")
     e = sub.add_parser("estimate", help="your own model: GPU memory per mode, the largest batch and the "
                                         "no_grad factor, on a virtual CUDA device (no GPU needed)")
     e.add_argument("model", metavar="MODULE:FACTORY",
@@ -90,6 +94,9 @@ def main(argv=None) -> int:
             runner.discover(args.notebooks or runner.default_dir("notebooks"))
         elif args.json:
             outdir.check_file_target(args.json)
+            if not args.force:  # claims --ids over a complete document: refused before any check
+                outdir.check_not_partial_over_complete(args.json, ids is not None and set(ids) != set(_claims.ids()),
+                                                       what=f"this run checks {len(ids or ())} claim(s)")
     except (ValueError, RuntimeError, TypeError, FileNotFoundError, outdir.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -127,13 +134,18 @@ def main(argv=None) -> int:
         if args.json:
             try:
                 outdir.check_file_target(args.json)  # again: the file may have changed during the checks
+                if not args.force:
+                    outdir.check_not_partial_over_complete(args.json, not doc["meta"]["complete"],
+                                                           what="this run's document")
                 report.validate(doc)
                 outdir.write_text_atomic(Path(args.json).absolute(), report.dumps(doc))
             except (OSError, outdir.OutputError) as e:
                 print(f"error: could not write {args.json}: {e}", file=sys.stderr)
                 return 1
             print(f"claims.json: {Path(args.json).resolve()}")
-        return 0 if doc["meta"]["complete"] else 1
+        # 0 when every claim asked for got a verdict (complete means every claim: --ids never is)
+        ok = not doc["meta"].get("interrupted") and all(c["verdict"] is not None for c in doc["claims"])
+        return 0 if ok else 1
     except outdir.OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["MARKER", "BUILD_ENTRIES", "lock_path", "OutputError", "OutputBusy", "Layout", "prepare", "read_mark", "write_mark",
-           "is_ours", "Lock", "replace_dir", "remove_ours", "write_text_atomic", "check_file_target"]
+           "is_ours", "Lock", "replace_dir", "remove_ours", "write_text_atomic", "check_file_target",
+           "is_complete_doc", "check_not_partial_over_complete"]
 
 MARKER = ".nogradlab-build"
 _TOOL = "nogradlab"
@@ -293,3 +294,25 @@ def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> P
                               f"nothing was overwritten. Choose another file")
     _probe_writable(path.parent, "the folder")
     return path
+
+
+def is_complete_doc(doc) -> bool:
+    """True for a claims.json that has a verdict for every claim it lists and says it is complete."""
+    return (_is_claims_doc(doc) and doc["meta"].get("complete") is True and isinstance(doc["claims"], list)
+            and all(isinstance(c, dict) and c.get("verdict") is not None for c in doc["claims"]))
+
+
+def check_not_partial_over_complete(path, partial: bool, flag: str = "--force", what: str = "this run") -> None:
+    """Refuse (:class:`OutputError`) to replace the complete claims.json at ``path`` with a ``partial``
+    document (some claims only, or some without a verdict), unless the caller was given ``flag``. The
+    existing file is read only when it is a regular file."""
+    path = Path(path).expanduser().absolute()
+    if not partial or not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return
+    if is_complete_doc(old):
+        raise OutputError(f"{str(path)!r} holds a complete claims.json ({len(old['claims'])} claims) and {what} "
+                          f"is partial; it was left as it was. Write elsewhere, or pass {flag} to replace it")

@@ -148,7 +148,8 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
     words = [verdict_word(e["verdict"]) for e in entries]
     counts = {w: words.count(w) for w in COLOURS if w in words}  # in the fixed verdict order
     nbs = [dict(n) for n in notebooks]
-    complete = (not interrupted and counts.get(NOT_RUN, 0) == 0
+    # complete means every registered claim has a verdict: a run of some claims (--ids) is never complete
+    complete = (not interrupted and counts.get(NOT_RUN, 0) == 0 and len(entries) == len(_claims.ids())
                 and all(n["status"] == "ok" for n in nbs))
     import torch
 
