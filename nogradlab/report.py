@@ -156,7 +156,8 @@ def build_doc(results, *, source: str, device="auto", scale: str = "auto", noteb
     from .claims import rules as _rules
 
     commit = git_commit()
-    meta = {"schema_version": 3, "rules_digest": _rules.digest(), **({"nogradlab_commit": commit} if commit else {}),
+    meta = {"schema_version": 3, "protocol": _claims.PROTOCOL, "rules_digest": _rules.digest(),
+            **({"nogradlab_commit": commit} if commit else {}),
             "generated": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
             "source": source, "command": command, "device": info, "device_label": _device.label(info),
             "machine": machine_slug(info), "torch": torch.__version__, "scale": scale,
@@ -223,6 +224,10 @@ def merge_docs(docs, *, names=(), note: str = "", commit: "str | None" = None) -
                 interrupted=any(d["meta"].get("interrupted") for d in docs),
                 command=" + ".join(d["meta"].get("command", "") for d in docs),
                 notebooks=[n for d in docs for n in d["meta"]["notebooks"]])
+    protocols = {_claims.evidence.protocol_of(d["meta"]) for d in docs}
+    meta.pop("protocol", None)  # a merge of several (or unrecorded) protocols records none: it is older evidence
+    if len(protocols) == 1 and None not in protocols:
+        meta["protocol"] = protocols.pop()
     if names:
         meta["merged_from"] = [str(n) for n in names]
     if note:
@@ -271,11 +276,17 @@ def _reference(p: Path) -> dict:
 def rejudged(doc: dict) -> dict:
     """``doc`` with every entry judged again by today's rules (:func:`nogradlab.claims.judge_entry`):
     a stored verdict is never shown as it is; an entry that lacks what today's rule reads becomes
-    "needs re-measuring". ``meta['judged_by']`` records the rules' fingerprint."""
+    "needs re-measuring". ``meta['judged_by']`` records the rules' fingerprint, ``meta['age']`` how old the
+    column is (:func:`nogradlab.claims.column_age`: ``protocol``, ``stale``, ``measured_on``, ``commit``,
+    ``torch``, ``label``) and ``meta['conflicts']`` the quantities it contradicts itself on
+    (:func:`nogradlab.claims.column_conflicts`)."""
     from .claims import rules as _rules
 
     meta = dict(doc["meta"])
-    entries = [_claims.judge_entry(c, meta) for c in doc["claims"]]
+    # how old the column is and where it contradicts itself (nogradlab.claims.evidence), for the report to show
+    meta["age"] = _claims.column_age(meta)
+    meta["conflicts"] = conflicts = _claims.column_conflicts(doc)
+    entries = [_claims.judge_entry(c, meta, conflicts=conflicts) for c in doc["claims"]]
     words = [verdict_word(e["verdict"]) for e in entries]
     meta["counts"] = {w: words.count(w) for w in COLOURS if w in words}
     meta["judged_by"] = _rules.digest()

@@ -48,12 +48,13 @@ from .. import device as _device
 from .. import memory as _memory
 from .. import pipeline as _pipeline
 from .. import workloads as _workloads
+from .evidence import PROTOCOL, column_age, column_conflicts
 from .rules import Band, Rule
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
            "NeedsRemeasuring", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
            "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
-           "Band", "Rule", "reference_entry"]
+           "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts"]
 
 VERDICTS = ("holds", "does not hold", "depends", "inconclusive", "not testable", "needs re-measuring")
 KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced statistic",
@@ -361,7 +362,10 @@ class Result:
         basis = (self.scope or {}).get("basis")
         if basis:
             small.append({"measured": "measured here", "estimated": "estimated for a GPU",
-                          "reference": f"on the reference GPU ({e(str((self.scope or {}).get('machine') or ''))})",
+                          "reference": (f"on the reference GPU ({e(str(self.scope['machine']))}"
+                                        + (f", older evidence: {e(str((self.scope.get('age') or {}).get('measured_on') or 'undated'))}"
+                                           if self.scope.get("stale") else "") + ")"
+                                        if (self.scope or {}).get("machine") else "no reference GPU measurement"),
                           "estimated + reference": "estimated + reference GPU"}.get(basis, e(basis)))
         if self.local:
             small.append(f"on your machine: {e(self.local.get('verdict', ''))}")
@@ -572,11 +576,18 @@ def _judge_or_needs(claim: Claim, m: Measurements) -> Judgement:
 
 _REFS: dict = {}
 
+#: the reference columns inside an installed package (copied from the checkout's results/ into the wheel)
+PACKAGED_RESULTS = Path(__file__).resolve().parents[1] / "_results"
+
 
 def results_dir() -> "Path | None":
-    """The reference runs' folder: ``results/`` of the source checkout this package lives in."""
+    """The reference runs' folder: ``results/`` of the source checkout this package lives in when there is
+    one, else the copy an installed package carries (``nogradlab/_results``: every
+    ``results/*/claims.json``, put there by the wheel build), else None."""
     d = Path(__file__).resolve().parents[2] / "results"
-    return d if d.is_dir() else None
+    if d.is_dir():
+        return d
+    return PACKAGED_RESULTS if PACKAGED_RESULTS.is_dir() else None
 
 
 def _gpu_reference_docs() -> list:
@@ -587,28 +598,50 @@ def _gpu_reference_docs() -> list:
         if root is not None:
             for p in sorted(root.glob("cuda-*/claims.json")):
                 try:
+                    if not p.is_file():
+                        continue
                     doc = json.loads(p.read_text())
-                    docs.append((p.parent.name, doc))
-                except (OSError, ValueError):
+                    if isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and \
+                            isinstance(doc.get("claims"), list):
+                        docs.append((p.parent.name, doc))
+                except (OSError, ValueError, RecursionError):
                     continue
         _REFS["docs"] = docs
     return _REFS["docs"]
 
 
-def reference_entry(claim_id: str) -> "tuple | None":
-    """``(machine, doc meta, entry)`` of the first reference GPU column whose entry for the claim
-    today's judge can read, or None."""
+def _reference_candidates(claim_id: str) -> list:
+    """``[(machine, meta, entry, conflicts)]``: every reference GPU column whose entry for the claim
+    today's judge can read, best first: one that agrees with itself on what the claim reads before one
+    that does not, today's measuring protocol before an older one, then the newest."""
     claim = get(claim_id)
+    found = []
     for machine, doc in _gpu_reference_docs():
+        meta = doc.get("meta") or {}
         for e in doc.get("claims", []):
-            if e.get("id") != claim_id:
+            if not isinstance(e, dict) or e.get("id") != claim_id:
                 continue
-            m = _entry_measurements(e, doc.get("meta", {}))
+            m = _entry_measurements(e, meta)
             if not m.values:
                 continue
-            j = _judge_or_needs(claim, m)
-            if j.verdict != "needs re-measuring":
-                return machine, doc.get("meta", {}), e
+            if _judge_or_needs(claim, m).verdict == "needs re-measuring":
+                continue
+            conflicts = [c for c in column_conflicts(doc) if claim_id in c["claims"]]
+            found.append((machine, meta, e, conflicts))
+    found.sort(key=lambda r: (bool(r[3]), column_age(r[1])["stale"], _neg(str(r[1].get("generated") or ""))))
+    return found
+
+
+def _neg(text: str) -> tuple:
+    return tuple(-ord(ch) for ch in text)
+
+
+def reference_entry(claim_id: str) -> "tuple | None":
+    """``(machine, doc meta, entry)`` of the reference GPU column that decides the claim: the best one
+    (:func:`_reference_candidates`) that does not contradict itself on what the claim reads, or None."""
+    for machine, meta, e, conflicts in _reference_candidates(claim_id):
+        if not conflicts:
+            return machine, meta, e
     return None
 
 
@@ -619,26 +652,88 @@ def _entry_measurements(e: dict, meta: "dict | None" = None) -> Measurements:
                         e.get("torch") or meta.get("torch", ""))
 
 
+def _stale_words(meta: dict) -> str:
+    """A sentence for a verdict decided by a column of an older (or unrecorded) protocol; "" otherwise."""
+    age = column_age(meta)
+    if not age["stale"]:
+        return ""
+    when = f"on {age['measured_on']}" if age["measured_on"] else "on an unrecorded date"
+    made = ", ".join(x for x in (f"nogradlab {age['commit']}" if age["commit"] else "",
+                                 f"torch {age['torch']}" if age["torch"] else "") if x)
+    how = (f"by measuring protocol {age['protocol']}, older than today's {age['current_protocol']}"
+           if age["protocol"] is not None else f"by a measuring protocol it did not record (today's: "
+                                               f"{age['current_protocol']})")
+    return (f"Older evidence: measured {when}{f' ({made})' if made else ''} {how}; measure it again with "
+            f"today's protocol to confirm.")
+
+
+def _aged(scope: dict, meta: dict) -> dict:
+    """``scope`` with the column's age: ``age`` always, ``stale: true`` for an older protocol."""
+    age = column_age(meta)
+    scope = dict(scope, age={k: age[k] for k in ("protocol", "current_protocol", "measured_on", "commit",
+                                                 "torch", "label")})
+    if age["stale"]:
+        scope["stale"] = True
+    return scope
+
+
+def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | None" = None) -> Judgement:
+    """The verdict of a claim whose column contradicts itself on a quantity the claim reads: not decided."""
+    from .evidence import conflict_text
+
+    text = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}): one physical "
+            f"quantity, several values, so it does not decide {claim.id}; a run with today's protocol, which "
+            f"times each condition once for every claim, would.")
+    if local is not None:
+        text += f" On your machine: {local.summary}"
+    return Judgement("needs re-measuring", text, local.reading if local is not None else "")
+
+
 def _final(claim: Claim, m: Measurements) -> tuple:
     """(judgement, scope, local) for measurements ``m``: a GPU speed claim measured off a GPU takes
-    its verdict from the reference GPU's measurements, ``m``'s judgement kept as ``local``."""
+    its verdict from the reference GPU's measurements, ``m``'s judgement kept as ``local``. A reference
+    column of an older protocol is named as such (``scope.stale``); one that contradicts itself on what
+    the claim reads does not decide it (``scope.conflicts``)."""
     j = _judge_or_needs(claim, m) if m.values else _needs(claim, m, "no measurements")
     if claim.basis not in ("gpu speed", "mixed") or m.on_gpu or not m.values:
         return j, _scope(claim, m, j), None
+    candidates = _reference_candidates(claim.id)
+    ref = reference_entry(claim.id)
+    rejected = [c for c in candidates if c[3]] if ref is None else []
     if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
-        ref = reference_entry(claim.id)
         rm = _entry_measurements(ref[2], ref[1]) if ref else None
         try:
             jm = _judge(claim, m, rm)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
             return _needs(claim, m, f"{type(e).__name__}: {e}"), _scope(claim, m, j), None
-        text = (f"memory and batch: estimated for a GPU at full size by {ESTIMATE_VALIDATION}; speed: "
-                + (f"measured on a reference machine, {rm.label} ({ref[0]}), judged by today's rule"
-                   if rm is not None else "no reference GPU measurement usable by today's rule")
-                + f"; this machine's own timings ({m.label}) shown, not counted")
-        return jm, {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}, None
+        speed = (f"measured on a reference machine, {rm.label} ({ref[0]}, {column_age(ref[1])['label']}), "
+                 f"judged by today's rule" if rm is not None else
+                 f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
+                 f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
+        text = (f"memory and batch: estimated for a GPU at full size by {ESTIMATE_VALIDATION}; speed: {speed}"
+                f"; this machine's own timings ({m.label}) shown, not counted")
+        scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
+        if ref is not None:
+            scope = _aged(scope, ref[1])
+            stale = _stale_words(ref[1])
+            if stale:
+                jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
+                               jm.scope)
+        elif rejected:
+            scope["conflicts"] = rejected[0][3]
+            jm = Judgement(jm.verdict, f"{jm.summary} The reference GPU column {rejected[0][0]} was not used for "
+                                       f"speed: {conflict_text_for(rejected[0][3])}.", jm.reading, jm.conditions,
+                           jm.scope)
+        return jm, scope, None
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
-    ref = reference_entry(claim.id)
+    if ref is None and rejected:
+        machine, meta, e, conflicts = rejected[0]
+        rm = _entry_measurements(e, meta)
+        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, j)
+        scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
+                       "text": f"not decided: the reference machine's column ({rm.label}, {machine}, "
+                               f"{column_age(meta)['label']}) contradicts itself on what {claim.id} reads"}, meta)
+        return jr, scope, local
     if ref is None:
         jr = Judgement("needs re-measuring",
                        f"The article's figure is for GPUs, and no reference GPU measurement in results/ "
@@ -648,13 +743,20 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     machine, meta, e = ref
     rm = _entry_measurements(e, meta)
     jr = _judge(claim, rm)
-    commit = meta.get("nogradlab_commit")
-    text = (f"measured on a reference machine: {rm.label} ({machine}, {meta.get('generated', '')[:10]}"
-            + (f", nogradlab {commit}" if commit else "") + "), judged by today's rule")
-    summary = f"On the reference GPU: {jr.summary} On your machine: {j.summary}"
+    age = column_age(meta)
+    text = (f"measured on a reference machine: {rm.label} ({machine}, {age['label']}), judged by today's rule")
+    stale = _stale_words(meta)
+    summary = f"On the reference GPU: {jr.summary}" + (f" {stale}" if stale else "") + f" On your machine: {j.summary}"
     jr = Judgement(jr.verdict, summary, f"On the reference GPU: {jr.reading}" if jr.reading else "",
                    jr.conditions)
-    return jr, {"basis": "reference", "text": text, "machine": machine}, local
+    return jr, _aged({"basis": "reference", "text": text, "machine": machine}, meta), local
+
+
+def conflict_text_for(conflicts) -> str:
+    """The conflicts of a column in words (:func:`nogradlab.claims.evidence.conflict_text`)."""
+    from .evidence import conflict_text
+
+    return conflict_text(conflicts)
 
 
 def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
@@ -707,10 +809,15 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     return result
 
 
-def judge_entry(entry: dict, meta: "dict | None" = None) -> dict:
+def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
     """A stored claims.json entry judged again by today's rule: verdict, summary, reading, scope,
     conditions and rule replaced (the stored ones kept as ``stored_verdict``); an entry without
-    measurements (a claim no check reached) is returned as it is."""
+    measurements (a claim no check reached) is returned as it is.
+
+    ``meta`` is its column's: a column of an older measuring protocol says so in the summary and in
+    ``scope.stale``/``scope.age``. ``conflicts`` are its column's (:func:`column_conflicts`): a claim
+    that reads a quantity the column contradicts itself on is not decided by it ("needs re-measuring",
+    ``scope.conflicts``)."""
     e = dict(entry)
     if e.get("verdict") is None and not (e.get("measurements") or e.get("evidence")):
         return e
@@ -723,6 +830,15 @@ def judge_entry(entry: dict, meta: "dict | None" = None) -> dict:
     if scope.get("text", "").startswith("measured here: "):  # a stored column: here is that machine
         scope = dict(scope, text="measured on " + scope["text"][len("measured here: "):])
     j.summary = j.summary.replace(f"[Evidence: measured here: {m.label}.]", f"[Evidence: measured on {m.label}.]")
+    if meta is not None and scope.get("basis") in ("measured", "estimated"):  # decided by this column itself
+        mine = [c for c in conflicts or () if claim.id in c.get("claims", ())]
+        if mine and j.verdict != "needs re-measuring":
+            j = _conflicted(claim, f"This column ({m.label})", mine)
+            scope = dict(scope, conflicts=mine)
+        scope = _aged(scope, meta)
+        stale = _stale_words(meta)
+        if stale and not mine:
+            j.summary = f"{j.summary} {stale}"
     e.setdefault("stored_verdict", entry.get("verdict"))
     e.update(verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope), reading=j.reading,
              scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values)

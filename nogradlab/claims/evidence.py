@@ -1,0 +1,255 @@
+"""What a stored column of measurements is worth: how old it is, and whether it agrees with itself.
+
+**Protocol.** :data:`PROTOCOL` is the version of the measuring protocol: how the checks measure (which
+cases, batches and timings; how intervals are made and when a comparison stops), as far as it changes what
+a stored measurement means. It is bumped whenever a change alters what a measurement means (a judge
+reading the same measurement differently is a rule change, not a protocol change). Every claims.json made
+by today's code records it as ``meta.protocol``. A column of an older protocol is *stale*: a verdict it
+decides says so in words and carries ``scope.stale: true`` with ``scope.age`` (the column's date, commit
+and torch release, :func:`column_age`). :data:`PROTOCOLS` says what each version was.
+
+**One quantity, one value.** Within one column, several claims read the same physical quantity (no_grad's
+time saving for one workload and batch is read by C03, C17, X05 and C20; the cost of entering and leaving
+``no_grad`` by C12 and C13). Today's checks share one timing per condition (``timing.RUN``), so their
+readings are the same number; an older column may hold several that contradict each other.
+:func:`column_conflicts` finds the quantities whose readings do not overlap; such a column does not decide
+the claims that read them (:func:`conflicts_for`).
+
+A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
+:data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time).
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["PROTOCOL", "PROTOCOLS", "POINT_TOLERANCE", "protocol_of", "column_age", "age_label", "readings",
+           "column_conflicts", "conflicts_for", "conflict_text"]
+
+#: the measuring protocol of today's code (bump it when a change alters what a measurement means)
+PROTOCOL = 2
+
+#: what each protocol version was
+PROTOCOLS = {
+    1: "before 2026-12-01 (nogradlab up to 182a8d6): each check timed its own conditions, so one quantity "
+       "could be measured several times with different settings; C20 timed a training step for its speed "
+       "cells; protocols were not yet recorded (schema_version 1)",
+    2: "2026-12-01 on: one shared timing per condition and run (timing.RUN), read by every check that needs it; "
+       "C20 times forward against forward; the transformer's no_grad timed with its fused fast path off and on",
+}
+
+#: the half-width of the interval given to a reading stored without one, per kind of quantity:
+#: ("abs", x) an absolute width, ("rel", x) a fraction of the value
+POINT_TOLERANCE = {"time saving": ("abs", 0.02), "seconds": ("rel", 0.25)}
+
+
+def protocol_of(meta: "dict | None") -> "int | None":
+    """The protocol a column was measured by: ``meta.protocol``; 1 for a column made before protocols
+    were recorded (``schema_version`` 1); None when it is not known."""
+    meta = meta or {}
+    p = meta.get("protocol")
+    if isinstance(p, int) and not isinstance(p, bool) and p >= 1:
+        return p
+    if meta.get("schema_version") == 1:
+        return 1
+    return None
+
+
+def column_age(meta: "dict | None") -> dict:
+    """How old a column is: ``protocol`` (None: not recorded), ``current_protocol``, ``stale`` (made by
+    another protocol than today's, or by an unrecorded one), ``measured_on`` (the date it was written,
+    YYYY-MM-DD), ``commit`` (nogradlab's, when recorded), ``torch`` and ``label`` (:func:`age_label`)."""
+    meta = meta or {}
+    p = protocol_of(meta)
+    age = {"protocol": p, "current_protocol": PROTOCOL, "stale": p != PROTOCOL,
+           "measured_on": str(meta.get("generated") or "")[:10] or None,
+           "commit": (str(meta["nogradlab_commit"]) if meta.get("nogradlab_commit") else None),
+           "torch": str(meta.get("torch") or (meta.get("device") or {}).get("torch") or "") or None}
+    age["label"] = age_label(meta, age)
+    return age
+
+
+def age_label(meta: "dict | None", age: "dict | None" = None) -> str:
+    """One line saying how old a column is, e.g. ``"older protocol 1 (today's: 2): measured 2026-11-30,
+    nogradlab 182a8d6, torch 2.11.0+cu130"`` or ``"today's protocol 2: measured 2026-12-01, ..."``."""
+    a = age or column_age(meta)
+    p = a["protocol"]
+    head = (f"today's protocol {p}" if p == PROTOCOL else
+            f"protocol not recorded (today's: {PROTOCOL})" if p is None else
+            f"older protocol {p} (today's: {PROTOCOL})" if p < PROTOCOL else
+            f"newer protocol {p} (this nogradlab's: {PROTOCOL})")
+    parts = [f"measured {a['measured_on'] or 'on an unrecorded date'}",
+             f"nogradlab {a['commit']}" if a["commit"] else "nogradlab commit not recorded"]
+    if a["torch"]:
+        parts.append(f"torch {a['torch']}")
+    return f"{head}: " + ", ".join(parts)
+
+
+# ------------------------------------------------------------------------ one quantity, one value
+
+def _num(x) -> "float | None":
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    try:
+        x = float(x)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _ci(c) -> "tuple | None":
+    if isinstance(c, (list, tuple)) and len(c) == 2:
+        lo, hi = _num(c[0]), _num(c[1])
+        if lo is not None and hi is not None and lo <= hi:
+            return lo, hi
+    return None
+
+
+def _saving(speedup) -> "float | None":
+    """time saving 1 - t_case / t_grad from a speedup t_grad / t_case."""
+    s = _num(speedup)
+    return 1.0 - 1.0 / s if s is not None and s > 0 else None
+
+
+def _saving_ci(ci) -> "tuple | None":
+    c = _ci(ci)
+    if c is None or c[0] <= 0:
+        return None
+    return 1.0 - 1.0 / c[0], 1.0 - 1.0 / c[1]
+
+
+def _rows(values) -> list:
+    rows = values.get("rows") if isinstance(values, dict) else None
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _key_saving(workload, batch, case) -> "tuple | None":
+    if not isinstance(workload, str) or isinstance(batch, bool) or not isinstance(batch, int):
+        return None
+    return ("time saving", workload, batch, case or "no_grad")
+
+
+def _from_c03(v):
+    for r in _rows(v):
+        k = _key_saving(r.get("workload"), r.get("batch"), r.get("case"))
+        yield k, _num(r.get("time_saved")), _ci(r.get("time_saved_ci"))
+
+
+def _from_c17(v):
+    k = _key_saving(v.get("workload"), v.get("batch"), None)
+    yield k, _num(v.get("time_saved")), _ci(v.get("ci"))
+
+
+def _from_x05(v):
+    for r in _rows(v):
+        sp, ci = r.get("speedup"), r.get("ci")
+        if not isinstance(sp, dict):
+            continue
+        for case in ("no_grad", "no_grad (fast path off)"):
+            if case in sp:
+                yield (_key_saving(r.get("workload"), r.get("batch"), case), _saving(sp[case]),
+                       _saving_ci(ci.get(case) if isinstance(ci, dict) else None))
+
+
+def _from_c20(v):
+    for r in _rows(v):
+        if "speed_case" in r:  # protocol 2: forward against forward, with its interval
+            g = _num(r.get("speed_gain"))
+            yield (_key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
+                   _saving(1 + g) if g is not None else None,
+                   _saving_ci([1 + x for x in _ci(r.get("speed_gain_ci"))]) if _ci(r.get("speed_gain_ci")) else None)
+        elif "speed_gain_forward_only" in r:  # protocol 1: the forward-only gain, stored without an interval
+            g = _num(r.get("speed_gain_forward_only"))
+            yield (_key_saving(r.get("workload"), r.get("speed_batch"), None),
+                   _saving(1 + g) if g is not None else None, None)
+
+
+def _from_c12(v):
+    ee = v.get("enter_exit")
+    if isinstance(ee, dict):
+        times = [t for t in (_num(x) for x in ee.get("times") or []) if t is not None] \
+            if isinstance(ee.get("times"), list) else []
+        yield (("seconds", "enter+exit no_grad"), _num(ee.get("median")),
+               (min(times), max(times)) if len(times) >= 2 else None)
+
+
+def _from_c13(v):
+    yield ("seconds", "enter+exit no_grad"), _num(v.get("enter_exit_s")), None
+
+
+#: claim id -> a reader of its measurements yielding (quantity key, value, interval or None)
+READERS = {"C03": _from_c03, "C17": _from_c17, "X05": _from_x05, "C20": _from_c20, "C12": _from_c12,
+           "C13": _from_c13}
+
+
+def readings(claims) -> dict:
+    """quantity key -> ``[{"claim", "value", "interval", "stored_interval"}]`` over a column's entries
+    (``doc["claims"]``): every reading of a physical quantity that several claims measure."""
+    out: dict = {}
+    for e in claims or []:
+        if not isinstance(e, dict) or e.get("id") not in READERS:
+            continue
+        values = e.get("measurements", e.get("evidence"))
+        if not isinstance(values, dict):
+            continue
+        try:
+            found = list(READERS[e["id"]](values))
+        except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError):
+            continue  # a malformed entry reads nothing (its judge says what it lacks)
+        for key, value, ci in found:
+            if key is None or value is None:
+                continue
+            if ci is not None and not ci[0] <= value <= ci[1]:
+                ci = (min(ci[0], value), max(ci[1], value))
+            kind, width = POINT_TOLERANCE[key[0]]
+            if ci is None:
+                w = width if kind == "abs" else abs(value) * width
+                interval, stored = (value - w, value + w), False
+            else:
+                interval, stored = ci, True
+            out.setdefault(key, []).append({"claim": e["id"], "value": value, "interval": list(interval),
+                                            "stored_interval": stored})
+    return out
+
+
+def _describe(key) -> str:
+    if key[0] == "time saving":
+        case = "" if key[3] == "no_grad" else f" ({key[3]})"
+        return f"no_grad's time saving{case} for {key[1]} at batch {key[2]}"
+    return f"the cost of {key[1]}"
+
+
+def _fmt(key, r) -> str:
+    v, (lo, hi) = r["value"], r["interval"]
+    if key[0] == "time saving":
+        text = f"{v:.2%}" + (f" [{lo:.2%}, {hi:.2%}]" if r["stored_interval"] else " (no interval stored)")
+    else:
+        text = f"{v * 1e6:.3g} \u00b5s" + (f" [{lo * 1e6:.3g}, {hi * 1e6:.3g}]" if r["stored_interval"]
+                                             else " (no interval stored)")
+    return f"{text} in {r['claim']}"
+
+
+def column_conflicts(doc: "dict | None") -> list:
+    """The quantities a column reads several times with intervals that do not overlap:
+    ``[{"quantity", "claims", "readings", "text"}]`` (``claims`` every claim that reads it)."""
+    claims = (doc or {}).get("claims") if isinstance(doc, dict) else None
+    out = []
+    for key, rs in readings(claims if isinstance(claims, list) else []).items():
+        if len({r["claim"] for r in rs}) < 2:
+            continue
+        disjoint = any(a["interval"][1] < b["interval"][0] or b["interval"][1] < a["interval"][0]
+                       for i, a in enumerate(rs) for b in rs[i + 1:] if a["claim"] != b["claim"])
+        if disjoint:
+            text = f"{_describe(key)} reads " + ", ".join(_fmt(key, r) for r in rs)
+            out.append({"quantity": _describe(key), "claims": sorted({r["claim"] for r in rs}),
+                        "readings": rs, "text": text})
+    return out
+
+
+def conflicts_for(claim_id: str, conflicts) -> list:
+    """The conflicts (of :func:`column_conflicts`) that involve a claim."""
+    return [c for c in conflicts or () if claim_id in c.get("claims", ())]
+
+
+def conflict_text(conflicts) -> str:
+    """The conflicts in words, one clause each."""
+    return "; ".join(c["text"] for c in conflicts)

@@ -1,0 +1,134 @@
+"""Evidence says how old it is (the measuring protocol a column was made by, its date, commit and torch)
+and a stored column that contradicts itself on one physical quantity decides nothing that reads it."""
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from nogradlab import claims, report
+from nogradlab.claims import evidence
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = json.loads((ROOT / "results" / "cuda-nvidia-h200" / "claims.json").read_text())
+CPU = json.loads((ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json").read_text())
+
+
+def _entry(doc, cid):
+    return next(c for c in doc["claims"] if c["id"] == cid)
+
+
+def _m(doc, cid):  # a schema 1 column stores its measurements as "evidence"
+    e = _entry(doc, cid)
+    return e["measurements"] if "measurements" in e else e["evidence"]
+
+
+def test_the_h200_column_contradicts_itself_on_two_quantities():
+    found = {c["quantity"]: c for c in evidence.column_conflicts(H200)}
+    assert set(found) == {"no_grad's time saving for resnet50 at batch 32", "the cost of enter+exit no_grad"}
+    saving = found["no_grad's time saving for resnet50 at batch 32"]
+    assert saving["claims"] == ["C17", "C20", "X05"]
+    values = {r["claim"]: r["value"] for r in saving["readings"]}
+    assert values["C17"] == pytest.approx(0.0015, abs=5e-4) and values["X05"] == pytest.approx(0.134, abs=5e-3)
+    assert values["C20"] == pytest.approx(0.238, abs=5e-3)
+    cost = {r["claim"]: r["value"] for r in found["the cost of enter+exit no_grad"]["readings"]}
+    assert cost["C12"] == pytest.approx(1.48e-6, rel=0.01) and cost["C13"] == pytest.approx(3.04e-6, rel=0.01)
+
+
+@pytest.mark.parametrize("folder", ["cpu-amd-epyc-2-threads", "cpu-amd-epyc-2-threads-torch2.9.1",
+                                    "cpu-amd-epyc-2-threads-torch2.11.0"])
+def test_columns_of_todays_protocol_agree_with_themselves(folder):
+    doc = json.loads((ROOT / "results" / folder / "claims.json").read_text())
+    assert evidence.column_conflicts(doc) == []
+    # and several claims do read the same quantities there: the detector is not idle
+    shared = [k for k, rs in evidence.readings(doc["claims"]).items() if len({r["claim"] for r in rs}) > 1]
+    assert len(shared) >= 2
+
+
+def test_one_value_for_one_quantity_is_no_conflict():
+    doc = copy.deepcopy(H200)
+    _m(doc, "C13")["enter_exit_s"] = _m(doc, "C12")["enter_exit"]["median"]
+    assert [c["quantity"] for c in evidence.column_conflicts(doc)] == [
+        "no_grad's time saving for resnet50 at batch 32"]
+
+
+def test_malformed_readings_are_not_read_as_a_conflict():
+    doc = copy.deepcopy(H200)
+    _m(doc, "C13")["enter_exit_s"] = float("nan")
+    _m(doc, "C17")["ci"] = "x"
+    _m(doc, "X05")["rows"] = [{"speedup": 10 ** 400}]
+    for c in evidence.column_conflicts(doc):
+        assert "enter+exit" not in c["quantity"]
+
+
+def test_column_age_names_protocol_date_commit_and_torch():
+    age = claims.column_age(H200["meta"])
+    assert age["protocol"] == 1 and age["stale"] is True and age["current_protocol"] == claims.PROTOCOL
+    assert (age["measured_on"], age["commit"], age["torch"]) == ("2026-11-30", "182a8d6", "2.11.0+cu130")
+    assert age["label"].startswith("older protocol 1") and "2026-11-30" in age["label"]
+    assert claims.column_age(CPU["meta"])["stale"] is False
+    unrecorded = dict(CPU["meta"])
+    unrecorded.pop("protocol")
+    a = claims.column_age(unrecorded)
+    assert a["protocol"] is None and a["stale"] is True and "not recorded" in a["label"]
+
+
+def test_a_gpu_speed_verdict_from_an_older_column_says_so():
+    e = claims.judge_entry(_entry(CPU, "C03"), CPU["meta"])  # this CPU's C03: decided by the H200 column
+    assert e["scope"]["basis"] == "reference" and e["scope"]["machine"] == "cuda-nvidia-h200"
+    assert e["scope"]["stale"] is True
+    age = e["scope"]["age"]
+    assert (age["measured_on"], age["commit"], age["torch"], age["protocol"]) == (
+        "2026-11-30", "182a8d6", "2.11.0+cu130", 1)
+    assert "Older evidence: measured on 2026-11-30 (nogradlab 182a8d6, torch 2.11.0+cu130)" in e["summary"]
+    report.validate({"meta": CPU["meta"], "claims": [e]})
+
+
+@pytest.mark.parametrize("cid", ["C17", "X05"])
+def test_a_self_contradicting_reference_does_not_decide(cid):
+    e = claims.judge_entry(_entry(CPU, cid), CPU["meta"])
+    assert e["verdict"] == "needs re-measuring"
+    assert e["scope"]["conflicts"] and e["scope"]["stale"] is True
+    assert "contradicts itself" in e["summary"] and "0.15%" in e["summary"] and "13.40%" in e["summary"]
+    assert "On your machine" in e["summary"]
+
+
+@pytest.mark.parametrize("cid", ["C12", "C13", "C17", "X05"])
+def test_the_contradicting_column_shown_in_the_report_decides_nothing_it_contradicts(cid):
+    refs = dict(report.load_references(ROOT / "results"))
+    h = refs["cuda-nvidia-h200"]
+    assert h["meta"]["age"]["stale"] is True and len(h["meta"]["conflicts"]) == 2
+    e = _entry(h, cid)
+    assert e["verdict"] == "needs re-measuring" and e["scope"]["conflicts"], e["summary"]
+    assert refs["cpu-amd-epyc-2-threads"]["meta"]["conflicts"] == []
+
+
+def test_a_consistent_column_of_todays_protocol_is_preferred(monkeypatch):
+    newer = copy.deepcopy(H200)
+    newer["meta"].update(protocol=claims.PROTOCOL, generated="2026-12-02T00:00:00+00:00", nogradlab_commit="abc1234")
+    for c in ("C17", "X05", "C20", "C13"):  # drop the contradicting readings
+        newer["claims"] = [e for e in newer["claims"] if e["id"] != c]
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-nvidia-h200", H200), ("cuda-newer", newer)])
+    e = claims.judge_entry(_entry(CPU, "C03"), CPU["meta"])
+    assert e["scope"]["machine"] == "cuda-newer" and "stale" not in e["scope"]
+    assert "Older evidence" not in e["summary"]
+
+
+def test_new_documents_record_todays_protocol_and_merges_of_two_keep_none():
+    doc = report.build_doc([], source="claims", device="cpu", scale="tiny", only=["C06"])
+    assert doc["meta"]["protocol"] == claims.PROTOCOL
+    report.validate(doc)
+    old = copy.deepcopy(doc)
+    old["meta"]["protocol"] = 1
+    assert "protocol" not in report.merge_docs([old, doc])["meta"]
+    assert report.merge_docs([doc, copy.deepcopy(doc)])["meta"]["protocol"] == claims.PROTOCOL
+
+
+def test_the_reference_line_never_shows_an_empty_machine():
+    r = claims.Result(id="C03", verdict="needs re-measuring", summary="s", measurements={"x": 1},
+                      scope={"basis": "reference", "text": "no reference GPU measurement usable by today's rule"})
+    page = r._repr_html_()
+    assert "reference GPU ()" not in page and "no reference GPU measurement" in page
+    r.scope = {"basis": "reference", "machine": "cuda-nvidia-h200", "stale": True,
+               "age": {"measured_on": "2026-11-30"}}
+    assert "on the reference GPU (cuda-nvidia-h200, older evidence: 2026-11-30)" in r._repr_html_()
