@@ -91,7 +91,7 @@ def main(argv=None) -> int:
 
             _claims.ledger_path()
         if args.cmd == "run":
-            runner.discover(args.notebooks or runner.default_dir("notebooks"))
+            runner.discover(runner.notebooks_dir(args.notebooks))
         elif args.json:
             outdir.check_file_target(args.json)
             if not args.force:  # claims --ids over a complete document: refused before any check

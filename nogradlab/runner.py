@@ -36,7 +36,7 @@ from . import outdir as _outdir
 from . import report as _report
 from . import workloads as _workloads
 
-__all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "RunOutcome"]
+__all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "notebooks_dir", "RunOutcome"]
 
 REPO = Path(__file__).resolve().parents[1]
 _NB_RE = re.compile(r"^\d\d_.+\.ipynb$")
@@ -44,9 +44,32 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def default_dir(name: str) -> Path:
-    """``./name`` when it exists (running from a checkout), else the one beside the package."""
+    """``./name`` when it exists (running from a checkout), else the one beside the package. For
+    ``results``, an installed package's own copy of the reference columns when there is no checkout
+    (:func:`nogradlab.claims.results_dir`)."""
     here = Path.cwd() / name
-    return here if here.is_dir() else REPO / name
+    if here.is_dir():
+        return here
+    if name == "results":
+        return _claims.results_dir() or REPO / name
+    return REPO / name
+
+
+def notebooks_dir(notebooks=None) -> Path:
+    """The notebooks ``run`` executes: ``notebooks`` when given, else :func:`default_dir`. An installed
+    package carries no notebooks: without a checkout this raises FileNotFoundError saying what ``run``
+    needs, in one line."""
+    if notebooks:
+        return Path(notebooks)
+    d = default_dir("notebooks")
+    if not d.is_dir():
+        from . import _URL
+
+        raise FileNotFoundError(
+            "run executes the lesson notebooks of a nogradlab checkout, and there is none here (no ./notebooks; "
+            f"an installed package carries none): clone {_URL} and run it there, or pass --notebooks DIR; "
+            "'python -m nogradlab claims' runs the claim checks without notebooks")
+    return d
 
 
 def discover(notebooks_dir) -> list:
@@ -242,7 +265,7 @@ def run(device="auto", scale="auto", out="build", notebooks=None, results=None, 
     """
     dev = _device.resolve(device)  # bad input fails here, before any work
     scale = _workloads.resolve_scale(scale, dev)
-    nb_dir = Path(notebooks) if notebooks else default_dir("notebooks")
+    nb_dir = notebooks_dir(notebooks)
     nbs = discover(nb_dir)
     results_dir = Path(results) if results else default_dir("results")
     protect = [nb_dir, results_dir, REPO / "nogradlab"]
