@@ -133,3 +133,36 @@ def test_the_reference_line_never_shows_an_empty_machine():
     r.scope = {"basis": "reference", "machine": "cuda-nvidia-h200", "stale": True,
                "age": {"measured_on": "2026-11-30"}}
     assert "on the reference GPU (cuda-nvidia-h200, older evidence: 2026-11-30)" in r._repr_html_()
+
+
+def _fake_gpu_column(saving_c03):
+    """The CPU column dressed as a GPU's of today's protocol, with C03's resnet50@1 saving set to ``saving_c03``."""
+    doc = copy.deepcopy(CPU)
+    gpu = dict(doc["meta"]["device"], type="cuda", device="cuda:0", name="Fake GPU")
+    doc["meta"].update(device=gpu, machine="cuda-fake-gpu", protocol=claims.PROTOCOL)
+    for e in doc["claims"]:
+        e["device"] = gpu
+    row = next(r for r in _m(doc, "C03")["rows"] if (r["workload"], r["batch"]) == ("resnet50", 1))
+    row.update(time_saved=saving_c03, time_saved_ci=[saving_c03 - 0.01, saving_c03 + 0.01])
+    return doc
+
+
+def test_c20_takes_no_speed_from_a_gpu_column_that_contradicts_itself(monkeypatch):
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", _fake_gpu_column(0.5))])
+    e = claims.judge_entry(_entry(CPU, "C20"), CPU["meta"])
+    assert e["scope"]["basis"] == "estimated + reference" and e["scope"]["conflicts"]
+    assert "was not used for speed" in e["summary"] and "contradicts itself" in e["scope"]["text"]
+    # the same column without the contradiction decides C20's speed cells, labelled with its age
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", _fake_gpu_column(
+        _m(CPU, "C03")["rows"][0]["time_saved"]))])
+    e = claims.judge_entry(_entry(CPU, "C20"), CPU["meta"])
+    assert "conflicts" not in e["scope"] and e["scope"]["machine"] == "cuda-fake-gpu"
+    assert e["scope"]["age"]["protocol"] == claims.PROTOCOL and "stale" not in e["scope"]
+
+
+def test_a_column_of_a_newer_protocol_is_not_called_older():
+    meta = dict(CPU["meta"], protocol=claims.PROTOCOL + 1)
+    age = claims.column_age(meta)
+    assert age["stale"] is True and age["label"].startswith("newer protocol")
+    e = claims.judge_entry(_entry(CPU, "C06"), meta)
+    assert "newer than this nogradlab's" in e["summary"] and "Older evidence" not in e["summary"]

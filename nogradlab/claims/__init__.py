@@ -48,7 +48,7 @@ from .. import device as _device
 from .. import memory as _memory
 from .. import pipeline as _pipeline
 from .. import workloads as _workloads
-from .evidence import PROTOCOL, column_age, column_conflicts
+from .evidence import PROTOCOL, column_age, column_conflicts, conflict_text
 from .rules import Band, Rule
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
@@ -660,10 +660,12 @@ def _stale_words(meta: dict) -> str:
     when = f"on {age['measured_on']}" if age["measured_on"] else "on an unrecorded date"
     made = ", ".join(x for x in (f"nogradlab {age['commit']}" if age["commit"] else "",
                                  f"torch {age['torch']}" if age["torch"] else "") if x)
-    how = (f"by measuring protocol {age['protocol']}, older than today's {age['current_protocol']}"
-           if age["protocol"] is not None else f"by a measuring protocol it did not record (today's: "
-                                               f"{age['current_protocol']})")
-    return (f"Older evidence: measured {when}{f' ({made})' if made else ''} {how}; measure it again with "
+    p, now = age["protocol"], age["current_protocol"]
+    how = (f"by a measuring protocol it did not record (today's: {now})" if p is None else
+           f"by measuring protocol {p}, older than today's {now}" if p < now else
+           f"by measuring protocol {p}, newer than this nogradlab's {now} (update nogradlab to judge it)")
+    head = "Evidence of another protocol" if p is not None and p > now else "Older evidence"
+    return (f"{head}: measured {when}{f' ({made})' if made else ''} {how}; measure it again with "
             f"today's protocol to confirm.")
 
 
@@ -679,8 +681,6 @@ def _aged(scope: dict, meta: dict) -> dict:
 
 def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | None" = None) -> Judgement:
     """The verdict of a claim whose column contradicts itself on a quantity the claim reads: not decided."""
-    from .evidence import conflict_text
-
     text = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}): one physical "
             f"quantity, several values, so it does not decide {claim.id}; a run with today's protocol, which "
             f"times each condition once for every claim, would.")
@@ -722,7 +722,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         elif rejected:
             scope["conflicts"] = rejected[0][3]
             jm = Judgement(jm.verdict, f"{jm.summary} The reference GPU column {rejected[0][0]} was not used for "
-                                       f"speed: {conflict_text_for(rejected[0][3])}.", jm.reading, jm.conditions,
+                                       f"speed: {conflict_text(rejected[0][3])}.", jm.reading, jm.conditions,
                            jm.scope)
         return jm, scope, None
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
@@ -750,13 +750,6 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     jr = Judgement(jr.verdict, summary, f"On the reference GPU: {jr.reading}" if jr.reading else "",
                    jr.conditions)
     return jr, _aged({"basis": "reference", "text": text, "machine": machine}, meta), local
-
-
-def conflict_text_for(conflicts) -> str:
-    """The conflicts of a column in words (:func:`nogradlab.claims.evidence.conflict_text`)."""
-    from .evidence import conflict_text
-
-    return conflict_text(conflicts)
 
 
 def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
