@@ -312,6 +312,8 @@ def _earlier_sections(resume, meta) -> dict:
     p = Path(resume).with_name("gpu_reference.json")
     if not p.exists():
         return {}
+    if not p.is_file():  # a FIFO would be waited on forever, a device read without end
+        raise Refused(f"--resume: {p} is not a regular file; move it away to measure its sections again")
     try:
         d = json.loads(p.read_text())
         if not isinstance(d, dict) or not isinstance(d.get("meta"), dict):

@@ -229,3 +229,13 @@ def test_bad_arguments_give_one_line_and_exit_2_before_any_work(tmp_path, args, 
     assert "Traceback" not in err and len(err.splitlines()) == 1 and err.startswith("error: "), err
     assert words in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_beside_the_resumed_file_is_refused_not_waited_on(tmp_path):
+    import os
+
+    a = _partial(tmp_path, "a", "C06")
+    os.mkfifo(a.with_name("gpu_reference.json"))
+    p = _run("--device", "cpu", "--scale", "tiny", "--out", str(tmp_path / "out"), "--claims", "C06,C30",
+             "--workloads", "mlp", "--resume", str(a), timeout=120)
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stdout + p.stderr
