@@ -96,7 +96,7 @@ def main(argv=None) -> int:
             outdir.check_file_target(args.json)
             if not args.force:  # claims --ids over a complete document: refused before any check
                 outdir.check_not_partial_over_complete(args.json, ids is not None and set(ids) != set(_claims.ids()),
-                                                       what=f"this run checks {len(ids or ())} claim(s)")
+                                                       what=f"this run checks {len(ids or ())} of {len(_claims.ids())} claims")
     except (ValueError, RuntimeError, TypeError, FileNotFoundError, outdir.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
                 outdir.check_file_target(args.json)  # again: the file may have changed during the checks
                 if not args.force:
                     outdir.check_not_partial_over_complete(args.json, not doc["meta"]["complete"],
-                                                           what="this run's document")
+                                                           what="this run's document is partial (a check failed)")
                 report.validate(doc)
                 outdir.write_text_atomic(Path(args.json).absolute(), report.dumps(doc))
             except (OSError, outdir.OutputError) as e:

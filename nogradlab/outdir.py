@@ -302,7 +302,8 @@ def is_complete_doc(doc) -> bool:
             and all(isinstance(c, dict) and c.get("verdict") is not None for c in doc["claims"]))
 
 
-def check_not_partial_over_complete(path, partial: bool, flag: str = "--force", what: str = "this run") -> None:
+def check_not_partial_over_complete(path, partial: bool, flag: str = "--force",
+                                    what: str = "this run's document is partial") -> None:
     """Refuse (:class:`OutputError`) to replace the complete claims.json at ``path`` with a ``partial``
     document (some claims only, or some without a verdict), unless the caller was given ``flag``. The
     existing file is read only when it is a regular file."""
@@ -314,5 +315,5 @@ def check_not_partial_over_complete(path, partial: bool, flag: str = "--force", 
     except (OSError, ValueError, RecursionError):
         return
     if is_complete_doc(old):
-        raise OutputError(f"{str(path)!r} holds a complete claims.json ({len(old['claims'])} claims) and {what} "
-                          f"is partial; it was left as it was. Write elsewhere, or pass {flag} to replace it")
+        raise OutputError(f"{str(path)!r} holds a complete claims.json ({len(old['claims'])} claims) and {what}, "
+                          f"so it was left as it was. Write elsewhere, or pass {flag} to replace it")
