@@ -348,6 +348,14 @@ def merge_main(a) -> int:
     except ValueError as e:
         raise Refused(f"--merge: {e}") from None
     target = Path(a.out) / doc["meta"]["machine"] / "claims.json"
+    if target.exists() and not target.is_file():  # a FIFO would be waited on forever
+        raise Refused(f"refusing to replace {target}: not a regular file")
+    if not a.force:  # a partial merge never replaces a complete column unasked
+        try:
+            check_not_partial_over_complete(target, not doc["meta"]["complete"],
+                                            what=f"the merge covers {len(doc['claims'])} of {len(claims.ids())} claims")
+        except OutputError as e:
+            raise Refused(str(e)) from None
     if target.exists() and target.resolve() not in {Path(f).resolve() for f in a.merge}:
         try:
             old = report.load_doc(target)

@@ -103,3 +103,21 @@ def test_gpu_reference_claims_refuses_to_replace_a_complete_column_before_any_wo
     assert "probes" not in p.stdout  # nothing measured
     assert sorted(f.name for f in folder.iterdir()) == ["claims.json"]
     assert (folder / "claims.json").read_bytes() == before
+
+
+def test_gpu_reference_merge_of_parts_refuses_to_replace_a_complete_column(tmp_path):
+    parts = []
+    for cid in ("C06", "C30"):
+        doc = report.build_doc([_entry(cid)], source="claims", device="cpu", scale="tiny", only=[cid])
+        parts.append(report.write_json(doc, tmp_path / cid / "claims.json"))
+    folder = tmp_path / "out" / report.machine_slug(device.describe(device.resolve("cpu")))
+    folder.mkdir(parents=True)
+    shutil.copyfile(COMPLETE, folder / "claims.json")
+    before = (folder / "claims.json").read_bytes()
+    p = _gpu_ref("--merge", *map(str, parts), "--out", str(tmp_path / "out"))
+    assert p.returncode == 2 and "--force" in p.stderr and "2 of 35" in p.stderr, p.stdout + p.stderr
+    assert (folder / "claims.json").read_bytes() == before
+    (folder / "claims.json").unlink()
+    os.mkfifo(folder / "claims.json")
+    p = _gpu_ref("--merge", *map(str, parts), "--out", str(tmp_path / "out"), timeout=120)
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stdout + p.stderr
