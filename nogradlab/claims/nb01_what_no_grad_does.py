@@ -13,7 +13,7 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, NeedsRemeasuring, declare
+from . import Judgement, NeedsRemeasuring, declare, number
 from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition
 from .probes import _in_new_thread, _tracking, _workload
 from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
@@ -106,7 +106,8 @@ def c02(ctx):
 @C02.judges
 def judge_c02(m, rule):
     ng, g = m["runs"]["no_grad"], m["runs"]["grad"]
-    ok = ng["grad_fn"] is None and ng["saved_tensor_hook_calls"] == 0 and g["saved_tensor_hook_calls"] > 0
+    calls = {k: number(r["saved_tensor_hook_calls"], f"runs.{k}.saved_tensor_hook_calls") for k, r in m["runs"].items()}
+    ok = ng["grad_fn"] is None and calls["no_grad"] == 0 and calls["grad"] > 0
     summary = (f"{m['workload']} forward: with grad the output has grad_fn {g['grad_fn']} and the saved-tensor "
                f"hook fired {g['saved_tensor_hook_calls']} times; under no_grad grad_fn is "
                f"{ng['grad_fn']} and the hook fired {ng['saved_tensor_hook_calls']} times.")
@@ -414,6 +415,8 @@ def judge_c04(m, rule):
         raise NeedsRemeasuring("no GPU-sized condition")
     rows = []
     for c in gpu:
+        for mode in ("grad", "eval+no_grad", "train"):
+            number(c[mode], f"conditions.{mode}")
         cap = _capped_modes(c, searches)
         larger = _larger(c["eval+no_grad"], cap.get("eval+no_grad", False), c["grad"], cap.get("grad", False))
         reading = "unresolved" if larger is None else "agrees" if larger else "disagrees"

@@ -15,7 +15,7 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, declare
+from . import Judgement, declare, number
 from .measure import _batches, _check, estimate_row, param_bytes
 from .probes import _max_abs_diff, _tracking, _workload
 from .rules import Band, Rule, verdict_of
@@ -61,7 +61,7 @@ def judge_c07(m, rule):
     # columns made before "outputs_allclose" was stored: the outputs of one model on one input
     # (allclose's default tolerance; the stored diff was 0 in both reference columns)
     same = m.get("outputs_allclose", diff == 0)
-    ok = g["saved_bytes"] > 0 and ng["saved_bytes"] == 0 and bool(same)
+    ok = number(g["saved_bytes"]) > 0 and number(ng["saved_bytes"]) == 0 and bool(same)
     summary = (f"{m['workload']} ({m.scale}, batch {m['batch']}): the same forward computed "
                f"{'the same' if same else 'a different'} output (max diff {diff:.3g}); autograd saved "
                f"{memory.format_bytes(g['saved_bytes'])} ({g['saved_tensors']} storages) with grad and "

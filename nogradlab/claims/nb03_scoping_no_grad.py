@@ -10,7 +10,7 @@ import torch
 from .. import memory
 from .. import timing
 from .. import workloads
-from . import Judgement, declare
+from . import Judgement, declare, number
 from .measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from .probes import _workload
 from .rules import Band, Rule, TIE, verdict_of
@@ -122,7 +122,7 @@ def judge_x03(m, rule):
     series = m["series"]
     t, it, bw = series["tensor"], series["item()"], series["tensor, backward each step"]
     grows = all(b > a for a, b in zip(t["retained_bytes"], t["retained_bytes"][1:]))
-    ok = grows and t["bytes_per_iteration"] > 0 and all(b == 0 for b in it["retained_bytes"])
+    ok = grows and t["bytes_per_iteration"] > 0 and all(number(b, "retained_bytes") == 0 for b in it["retained_bytes"])
     summary = (f"{m['workload']} {m.scale} batch {m['batch']}, grad on: accumulating the loss tensor retained "
                f"{memory.format_bytes(t['bytes_per_iteration'])} per iteration ({t['retained_bytes']} B after "
                f"{list(t['iterations'])} iterations); with .item() {memory.format_bytes(it['bytes_per_iteration'])} "

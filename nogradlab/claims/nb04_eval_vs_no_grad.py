@@ -14,7 +14,7 @@ import torch.nn as nn
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, declare, format_saved
+from . import Judgement, declare, format_saved, number
 from .measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
 from .probes import _OpRecorder, _max_abs_diff, _tracking
 from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text
@@ -85,10 +85,10 @@ def c14(ctx):
 def judge_c14(m, rule):
     grid = m["grid"]
     by = {(c["model_mode"], c["grad_mode"]): c for c in grid}
-    no_grad_output_same = all(c["max_abs_diff_vs_same_model_mode_grad"] == 0 for c in grid)
+    no_grad_output_same = all(number(c["max_abs_diff_vs_same_model_mode_grad"]) == 0 for c in grid)
     eval_changes = by[("train", "grad")]["max_abs_diff_vs_eval_grad"] > 0
     tracking_ok = all(c["requires_grad"] == (c["grad_mode"] == "grad") for c in grid)
-    memory_ok = all((c["saved_bytes"] > 0) == (c["grad_mode"] == "grad") for c in grid)
+    memory_ok = all((number(c["saved_bytes"]) > 0) == (c["grad_mode"] == "grad") for c in grid)
     t_g, t_ng, e_g, e_ng = (by[k] for k in (("train", "grad"), ("train", "no_grad"),
                                              ("eval", "grad"), ("eval", "no_grad")))
     summary = (f"eval vs train changed the outputs (max diff {t_g['max_abs_diff_vs_eval_grad']:.3g}); "
