@@ -236,6 +236,7 @@ def judge_c08(m, rule):
     conds = [{"condition": f"{r['workload']}@{r['batch']}",
               "value": r["activation_bytes"] / r["params_grads_optimizer_bytes"], "ci": None,
               "reading": "agrees" if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "disagrees",
+              "side": None if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "below",
               "rounds": None, "rounds_to_decide": None} for r in rows]
     verdict = verdict_of(c["reading"] for c in conds)
     names = list(crossovers)
@@ -339,11 +340,17 @@ def judge_c09(m, rule):
                         for k in ("train", "grad", "eval+no_grad"))
     if vs_train is None:
         return Judgement("does not hold", f"{name} under {gib:g} GiB ({how}): batches {batches}; not even batch 1 "
-                                          "of a training step fits, so the factor is undefined.")
+                                          "of a training step fits, so the factor is undefined.",
+                         conditions=[{"condition": f"{name} {gib:g} GiB", "value": None, "ci": None,
+                                      "reading": "disagrees", "side": "below", "rounds": None,
+                                      "rounds_to_decide": None}])
     reading, bound = _c09_read(rule.band, vs_train, cap.get("eval+no_grad", False), cap.get("train", False))
     verdict = verdict_of([reading])
     factor = f"{vs_train:.2f}x" + (f" (a {bound}: a search reached its limit)" if bound else "")
-    summary = (f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
+    side = ("above" if vs_train > rule.band.edges[1] else "below") if reading == "disagrees" else None
+    lead = (f"No_grad fits {'more' if side == 'above' else 'less'} than the article says: {vs_train:.2f}x the "
+            f"training batch against about {C09_FIGURE}x. " if side else "")
+    summary = (lead + f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
                f"training batch (article: {rule.band.text()})"
                + (f" and {vs_grad:.2f}x the grad-enabled forward's" if vs_grad is not None else "") + ". ")
     summary += ("The direction holds (more fits under no_grad); " if vs_train > 1 else
@@ -355,7 +362,7 @@ def judge_c09(m, rule):
                               "would decide it."}[reading]
     summary += _real_note(m.get("real_check"))
     conds = [{"condition": f"{name} {gib:g} GiB", "value": vs_train, "ci": None, "reading": reading,
-              "rounds": None, "rounds_to_decide": None, "bound": bound}]
+              "side": side, "rounds": None, "rounds_to_decide": None, "bound": bound}]
     scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
              if real else None)
     return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's about "

@@ -17,7 +17,7 @@ from .. import workloads
 from . import Judgement, declare, format_saved, number
 from .measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
 from .probes import _OpRecorder, _max_abs_diff, _tracking
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text
 from .searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"
@@ -320,7 +320,10 @@ def judge_c17(m, rule):
     if acc["eval"] != acc["eval+no_grad"] or not same:
         verdict = "does not hold"
     timing = (f" ({m['grad_ms']:.3g} ms with grad, {m['no_grad_ms']:.3g} ms without)" if "grad_ms" in m else "")
-    summary = (f"Validation loop of the {name} in eval mode ({n} batches of {b}, {m.label}): adding no_grad cut "
+    lead = direction_text(rows, "no_grad saves more time than the article says", "less than it says",
+                          nothing="nothing")
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"Validation loop of the {name} in eval mode ({n} batches of {b}, {m.label}): adding no_grad cut "
                f"each step's forward by {format_saved(m['time_saved'], lo, hi)}{timing}; article: about 35 %, "
                f"read as {rule.band.text()}: {readings_text(rows)}. Predictions over {n * b} inputs "
                + ("identical" if same else "DIFFERENT")
