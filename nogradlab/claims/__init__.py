@@ -26,8 +26,10 @@ for a GPU by the allocator model, or measured on a reference machine. A speed cl
 Verdicts: ``holds``, ``does not hold``, ``depends`` (true under some measured conditions, false under
 others: the summary says which), ``inconclusive`` (some conditions' intervals straddle a band edge
 and none of the decided ones conflict: the summary says how many more rounds would decide it),
-``not testable`` (an unsourced statistic; the mechanism behind it is measured) and ``needs
-re-measuring`` (a stored column lacks what today's rule reads). The band readings are
+``not testable`` (an unsourced statistic; the mechanism behind it is measured, a proxy of the
+figure's kind shown against it, never deciding) and ``needs re-measuring`` (a stored column lacks
+what today's rule reads, or holds something that is no measurement: :func:`not_a_measurement`).
+How conditions make a verdict, and the policy for unsourced statistics: ``nogradlab/claims/README.md``. The band readings are
 :mod:`nogradlab.claims.rules`. Timings are measured once per run and condition and shared between
 checks (:data:`nogradlab.timing.RUN`; :func:`new_run` forgets them).
 """

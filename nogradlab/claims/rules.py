@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 __all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "AGGREGATE", "SIDES", "get", "digest", "verdict_of",
-           "rounds_to_decide", "MIN_BOOTSTRAP_ROUNDS", "direction_text"]
+           "rounds_to_decide", "MIN_BOOTSTRAP_ROUNDS", "direction_text", "proxy_text"]
 
 #: what counts as a tie between two timed cases, in every check that ranks or compares timings
 TIE = "overlapping 95 % confidence intervals are a tie (no ranking, 'no clear difference')"
@@ -280,3 +280,13 @@ def direction_text(rows, more: str, less: str, fmt=lambda v: f"{v:.0%}", nothing
         + ([f"{less} for {_names_and_values(below, fmt)}"] if below else []) \
         + ([f"{nothing} for {_names_and_values(zero, fmt)}"] if zero else [])
     return "; ".join(parts)
+
+
+def proxy_text(band: Band, value: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
+    """Where a measured proxy of an untestable figure lies against the article's band, in words:
+    ``"inside the article's about 28 % (22.4 % to 33.6 %)"``, ``"above ..."``, ``"below ..."`` or
+    ``"across an edge of ..."``. Shown, never deciding (nogradlab/claims/README.md, "Unsourced
+    statistics and proxies")."""
+    r = band.read(value, lo, hi)
+    where = {"agrees": "inside", "unresolved": "across an edge of"}.get(r) or band.side(value, lo, hi)
+    return f"{where} the article's {band.text()}"
