@@ -169,7 +169,8 @@ C06 = declare(
     "C06", section='1', kind='semantic', notebook=NOTEBOOK,
     paraphrase='a tracked tensor multiplied by 3 inside no_grad gives requires_grad False and grad_fn None',
     figure=None,
-    rule=Rule("Holds when the article's literal example gives requires_grad False and grad_fn None."))
+    rule=Rule("Holds when the article's literal example gives requires_grad False and grad_fn None; otherwise "
+              "does not hold."))
 
 
 @C06.measures

@@ -35,7 +35,7 @@ C07 = declare(
     paraphrase='operators still run under no_grad but record nothing for backward',
     figure=None,
     rule=Rule("Holds when operators run under no_grad (same outputs) and record no graph and no "
-                "saved tensors."))
+              "saved tensors; otherwise does not hold."))
 
 
 @C07.measures

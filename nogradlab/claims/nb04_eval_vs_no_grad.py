@@ -157,6 +157,7 @@ def judge_c15(m, rule):
                       "same_argmax": r.get("same_argmax"),
                       "reading": "agrees" if r["max_abs_diff"] <= allowed and r.get("same_argmax", True)
                       else "disagrees"})
+        conds[-1]["side"] = "above" if conds[-1]["reading"] == "disagrees" else None  # beyond the tolerance
     differ = [r for r in rows if not r["bitwise_equal"]]
     close = all(c["reading"] == "agrees" for c in conds)
     parts = [f"{r['workload']} " + ("bitwise equal" if r["bitwise_equal"] else
@@ -188,7 +189,7 @@ C16 = declare(
     paraphrase='eval() alone cut metric variability by about 7 %',
     figure='~7 %',
     rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns dropout off) is "
-              "shown, and the share of variability it removes depends only on how much variance dropout caused. "
+              "shown, and the share of variability it removes is set only by how much variance dropout caused. "
               "The proxy, the share of the run-to-run spread eval() removes here, is read against 'about 7 %' "
               "and shown first, never deciding: here it is total by construction.",
               band=Band("about", 0.07)))
@@ -255,8 +256,8 @@ C17 = declare(
     figure='~35 %',
     rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward (the "
               "shared timing), read against 'about 35 %' (28-42 %, within 20 % of 35 %) by its 95 % CI "
-              "(agrees inside, disagrees outside, inconclusive across an edge; at least 10 rounds); does not "
-              "hold if the loop's predictions differ with no_grad. The article speaks of GPUs: off a GPU "
+              "(at least 10 rounds): holds when it lies inside, does not hold when it lies outside, "
+              "inconclusive across an edge; does not hold either if the loop's predictions differ with no_grad. The article speaks of GPUs: off a GPU "
               "the reference GPU's measurements decide.",
               band=Band("about", 0.35), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 

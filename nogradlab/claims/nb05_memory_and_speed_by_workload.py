@@ -58,7 +58,8 @@ C18 = declare(
     rule=Rule("Per feed-forward workload and batch, memory saved = 1 - total peak(no_grad)/total peak(grad "
               "forward), read against 20-40 % (unrounded; above 40 % disagrees as below 20 % does). The "
               "article speaks of GPUs: the full-size estimates on a virtual CUDA device decide (on a GPU, "
-              "its own full-size measurements too); a tiny run's bytes are shown, not counted; " + AGGREGATE + ".",
+              "its own full-size measurements too); a tiny run's bytes are shown, not counted. Holds if all "
+              "agree, does not hold if none (exact values: none is unresolved), depends otherwise.",
               band=Band("range", 0.20, 0.40)))
 
 

@@ -40,7 +40,8 @@ C22 = declare(
     paraphrase='@torch.no_grad() as a decorator covers the whole function',
     figure=None,
     rule=Rule("Holds when @torch.no_grad() covers the whole function, helpers, generator resumes and "
-                "the bare decorator form; depends when only plain functions are covered."))
+                "the bare decorator form; depends when only plain functions are covered; does not hold when "
+                "grad is on somewhere inside a decorated plain function or is not restored after it."))
 
 
 @C22.measures
@@ -200,7 +201,8 @@ C28 = declare(
     paraphrase='no_grad and autocast stack without interfering',
     figure=None,
     rule=Rule("Holds when no_grad outside autocast gives low-precision untracked outputs and the "
-                "reverse nesting leaves later gradients intact; depends when only the outer form is safe."))
+                "reverse nesting leaves later gradients intact; depends when only the outer form is safe; does "
+                "not hold when the outer form gives tracked or full-precision outputs."))
 
 
 @C28.measures

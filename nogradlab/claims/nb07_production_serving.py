@@ -71,8 +71,9 @@ def judge_c26(m, rule):
                f"{pooled}, in a worker that enters no_grad itself {fixed}.")
     if inline:
         return Judgement("does not hold", summary)
-    if pooled and not fixed:
-        return Judgement("depends", summary + " Highest level works per thread: set the mode inside the worker.")
+    if pooled:  # the handler's own thread only, whatever the worker that enters no_grad itself shows
+        return Judgement("depends", summary + (" Highest level works per thread: set the mode inside the worker."
+                                               if not fixed else " Even a worker entering no_grad itself was tracked."))
     return Judgement("holds", summary)
 
 
