@@ -164,9 +164,8 @@ class _Notebooks(Mapping):
     """notebook stem -> the claims it checks, built from the declarations (each claim in one)."""
 
     def _table(self) -> dict:
-        _load()
         out: dict = {}
-        for c in _CLAIMS.values():
+        for c in _in_order():
             out.setdefault(c.notebook, []).append(c.id)
         return dict(sorted(out.items()))
 
@@ -187,9 +186,15 @@ class _Notebooks(Mapping):
 NOTEBOOKS = _Notebooks()
 
 
-def ids() -> list:
+def _in_order() -> list:
+    """The claims in id order (C01-C30, then X01-X05), whatever order their modules were imported in
+    (a module imported by name before the others declares its claims first)."""
     _load()
-    return list(_CLAIMS)
+    return sorted(_CLAIMS.values(), key=lambda c: (c.id[0] != "C", c.id))
+
+
+def ids() -> list:
+    return [c.id for c in _in_order()]
 
 
 def get(claim_id: str) -> Claim:
@@ -201,8 +206,7 @@ def get(claim_id: str) -> Claim:
 
 
 def all_claims() -> list:
-    _load()
-    return list(_CLAIMS.values())
+    return _in_order()
 
 
 @dataclass
@@ -316,6 +320,28 @@ def number(x, what: str = "a measurement"):
     return x
 
 
+class _Stored(dict):
+    """A stored measurement's dict as a judge reads it: a missing key raises
+    :class:`NeedsRemeasuring` naming its place (a column made before the key existed), not a bare
+    KeyError that strict mode would take for the judge's bug."""
+
+    __slots__ = ("_where",)
+
+    def __missing__(self, k):
+        raise NeedsRemeasuring(f"{self._where}.{k}" if self._where else str(k))
+
+
+def _stored(v, where: str = ""):
+    """``v`` with every dict in it a :class:`_Stored` (lists and tuples become lists)."""
+    if isinstance(v, dict):
+        d = _Stored((k, _stored(x, f"{where}.{k}" if where else str(k))) for k, x in v.items())
+        d._where = where
+        return d
+    if isinstance(v, (list, tuple)):
+        return [_stored(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    return v
+
+
 class Measurements(Mapping):
     """What a check measured (``values``, read like a dict) and where: ``device``
     (:func:`nogradlab.device.describe`), ``scale``, ``torch``. A judge reads nothing else.
@@ -323,7 +349,7 @@ class Measurements(Mapping):
     Reading a key validates everything stored under it (:func:`not_a_measurement`): a key that is
     missing, or whose values hold something that is no measurement (NaN, an infinity, an integer
     beyond 64 bits, a negative count, byte size or duration), raises :class:`NeedsRemeasuring`, so
-    every judge reads only finite, plausible numbers. ``in`` and ``get`` see a key holding an invalid
+    every judge reads only finite, plausible numbers; so does a key missing from a dict inside it. ``in`` and ``get`` see a key holding an invalid
     value as present: reading it raises, never falls back to a default."""
 
     def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = ""):
@@ -331,7 +357,7 @@ class Measurements(Mapping):
         self.device = dict(device or {})
         self.scale = scale
         self.torch = torch_version
-        self._valid: set = set()
+        self._valid: dict = {}  # key -> its validated value, dicts reading missing keys as NeedsRemeasuring
 
     def __getitem__(self, k):
         try:
@@ -342,8 +368,8 @@ class Measurements(Mapping):
             why = not_a_measurement(v, str(k))
             if why:
                 raise NeedsRemeasuring(why)
-            self._valid.add(k)
-        return v
+            self._valid[k] = _stored(v, str(k))
+        return self._valid[k]
 
     def __contains__(self, k):
         return k in self.values
