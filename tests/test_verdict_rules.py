@@ -323,9 +323,11 @@ def test_every_claim_is_in_the_table_and_every_word_its_sentence_names_is_reache
 
 def test_the_summary_leads_with_which_way_before_the_numbers():
     j = _judge("C18", _c18([0.84, 0.68, 0.0]), CPU)
-    assert j.summary.startswith("No_grad saves more memory than the article says for w0@8 (estimate) and "
-                                "w1@8 (estimate) (84%, 68%); nothing for w2@8 (estimate) (0%)"), j.summary
+    assert j.summary.startswith("No_grad saves more memory than the article says for w0 (84%) and w1 (68%); "
+                                "no_grad saves nothing for w2 (0%). "), j.summary
     assert [r["side"] for r in j.conditions] == ["above", "above", "below"]
+    j = _judge("C03", _c03(["disagrees", "agrees"]), GPU)
+    assert j.summary.startswith("No_grad saves less time than the article says for resnet50 (5%). "), j.summary
     j = _judge("C20", _c20(["disagrees", "disagrees"], [None, None]), CPU)
     assert j.summary.startswith("No_grad gives more than the article's table says for w0 memory, w1 memory "
                                 "(80%, 80%); 2 cells unresolved."), j.summary

@@ -257,8 +257,8 @@ def judge_c03(m, rule):
     with_, rows_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band)
     fused = any(r.get("with_fast_path") for r in rows)
     lo, hi = min(r["time_saved"] for r in rows), max(r["time_saved"] for r in rows)
-    lead = direction_text(rows_off, "no_grad saves more time than the article says", "less than it says",
-                          nothing="nothing")
+    lead = direction_text(rows_off, "no_grad saves more time than the article says", "no_grad saves less time than the article says",
+                          nothing="no_grad saves nothing clear")
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"Forward with grad vs without grad (eval mode, same model and input, {m.label}): no_grad "
                f"cut the time by {lo:.0%} to {hi:.0%} across {len(rows)} workload x batch conditions "

@@ -326,8 +326,8 @@ def judge_c17(m, rule):
     if acc["eval"] != acc["eval+no_grad"] or not same:
         verdict = "does not hold"
     timing = (f" ({m['grad_ms']:.3g} ms with grad, {m['no_grad_ms']:.3g} ms without)" if "grad_ms" in m else "")
-    lead = direction_text(rows, "no_grad saves more time than the article says", "less than it says",
-                          nothing="nothing")
+    lead = direction_text(rows, "no_grad saves more time than the article says", "no_grad saves less time than the article says",
+                          nothing="no_grad saves nothing clear")
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"Validation loop of the {name} in eval mode ({n} batches of {b}, {m.label}): adding no_grad cut "
                f"each step's forward by {format_saved(m['time_saved'], lo, hi)}{timing}; article: about 35 %, "

@@ -112,8 +112,8 @@ def judge_c18(m, rule):
     def span(rs):
         return f"{min(r['memory_saved'] for r in rs):.0%}-{max(r['memory_saved'] for r in rs):.0%}"
 
-    lead = direction_text(rows, "no_grad saves more memory than the article says", "less than it says",
-                          nothing="nothing")
+    lead = direction_text(rows, "no_grad saves more memory than the article says", "no_grad saves less memory than the article says",
+                          nothing="no_grad saves nothing")
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"At the article's sizes (estimates, virtual CUDA) no_grad cut the forward pass's total peak "
                f"(weights and input included) by {span(est)} (article: 20-40 %): {readings_text(rows)}"
@@ -338,7 +338,7 @@ def judge_c21(m, rule):
         return (f"{k}: {_pct(v[-1]['memory_saved'])} at {v[-1]['seq_len']} tokens (at least 40 % from "
                 f"{first(v) or 'never'})")
 
-    lead = direction_text(conds, "more", "the saving stays under 40 % at the longest sequence", fmt=_pct)
+    lead = direction_text(conds, "more", "the saving stays under 40 % at the longest sequence", group=False)
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"At the longest sequence of each full-size series the saving was "
                f"{'; '.join(part(k, v) for k, v in decide.items())}. Article: over 40 %.")

@@ -262,24 +262,37 @@ def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
     return text
 
 
-def _names_and_values(rows, fmt) -> str:
-    names = [r["condition"] for r in rows]
-    text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    return f"{text} ({', '.join(fmt(r['value']) for r in rows)})"
+def _pct0(v: float) -> str:
+    return f"{v:.0%}".replace("-0%", "0%")
 
 
-def direction_text(rows, more: str, less: str, fmt=lambda v: f"{v:.0%}", nothing: "str | None" = None) -> str:
-    """The plain conclusion of the disagreeing rows, which way first: ``"<more> for a and b (84 %,
-    68 %); <less> for c (5 %)"``; ``nothing`` (e.g. "nothing") replaces ``less`` for a row whose
-    value is 0 or less. Empty when no row disagrees. A summary leads with it, before its numbers."""
+def _by_workload(rows, fmt, group: bool = True) -> str:
+    """``resnet50 (76% to 86%) and unet (53% to 68%)``: conditions grouped by their workload (the
+    name before ``@`` or a space; ``group=False``: each condition by its own name), each with its
+    value or the range of its values."""
+    groups: dict = {}
+    for r in rows:
+        name = str(r["condition"])
+        groups.setdefault(name.split("@")[0].split(" ")[0] if group else name, []).append(r["value"])
+    parts = [f"{k} ({fmt(min(v))}" + (f" to {fmt(max(v))})" if len(v) > 1 and fmt(min(v)) != fmt(max(v)) else ")")
+             for k, v in groups.items()]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def direction_text(rows, more: str, less: str, fmt=_pct0, nothing: "str | None" = None,
+                   group: bool = True) -> str:
+    """The plain conclusion of the disagreeing rows, which way first, by workload: ``"<more> for
+    resnet50 (84%) and unet (68%); <nothing> for mlp (0%)"``. ``more``, ``less`` and ``nothing``
+    are whole phrases ("no_grad saves more memory than the article says"); ``nothing`` replaces
+    ``less`` for a row whose value is 0 or less, or whose CI reaches 0 (no clear saving). Empty when no row disagrees. A summary leads with
+    it, before its numbers."""
     above = [r for r in rows if r.get("reading") == "disagrees" and r.get("side") == "above"]
     below = [r for r in rows if r.get("reading") == "disagrees" and r.get("side") == "below"]
-    zero = [r for r in below if nothing and r["value"] is not None and r["value"] <= 0]
+    zero = [r for r in below if nothing and r["value"] is not None
+            and (r["value"] <= 0 or (r.get("ci") is not None and r["ci"][0] <= 0))]
     below = [r for r in below if r not in zero]
-    parts = ([f"{more} for {_names_and_values(above, fmt)}"] if above else []) \
-        + ([f"{less} for {_names_and_values(below, fmt)}"] if below else []) \
-        + ([f"{nothing} for {_names_and_values(zero, fmt)}"] if zero else [])
-    return "; ".join(parts)
+    return "; ".join(f"{phrase} for {_by_workload(rs, fmt, group)}"
+                     for phrase, rs in ((more, above), (less, below), (nothing, zero)) if rs)
 
 
 def proxy_text(band: Band, value: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
