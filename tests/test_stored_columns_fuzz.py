@@ -136,3 +136,19 @@ def test_a_judge_error_on_a_well_formed_column_raises_in_strict_mode(monkeypatch
     monkeypatch.setenv(claims.STRICT_ENV, "0")
     j = claims._judge_or_needs(c, m)
     assert j.verdict == "needs re-measuring" and "TypeError" in j.summary
+
+
+@pytest.mark.parametrize("cid,path,value", [
+    ("C02", ("runs", "grad", "saved_tensor_hook_calls"), math.inf),  # "the hook fired inf times"
+    ("C07", ("reports", "no_grad", "saved_bytes"), math.nan),  # "saved nan TiB under no_grad"
+    ("C04", ("conditions", 0, "eval+no_grad"), -math.inf),  # flipped "depends" to "holds"
+])
+def test_a_non_finite_value_never_reaches_a_summary(cid, path, value, monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    meta, entries = _column("cpu-amd-epyc-2-threads")
+    e = copy.deepcopy(next(x for x in entries if x["id"] == cid))
+    key = "measurements" if "measurements" in e else "evidence"
+    _put(e[key], path, value)
+    j = claims.judge_entry(e, meta)
+    assert j["verdict"] == "needs re-measuring", j["summary"]
+    assert "not a finite number" in j["summary"] and " inf times" not in j["summary"]

@@ -328,7 +328,8 @@ class _Stored(dict):
     __slots__ = ("_where",)
 
     def __missing__(self, k):
-        raise NeedsRemeasuring(f"{self._where}.{k}" if self._where else str(k))
+        where = getattr(self, "_where", "")  # a copy (copy.deepcopy, dataclasses.asdict) has none
+        raise NeedsRemeasuring(f"{where}.{k}" if where else str(k))
 
 
 def _stored(v, where: str = ""):
