@@ -130,14 +130,17 @@ def _c13(gain, ci, predicted=0.01, rounds=20):
             "whole_loop_s": 7e-6 / predicted, "rounds": rounds}
 
 
-def test_c13_the_direct_timing_decides_against_about_30_percent():
-    assert judge("C13", _c13(0.30, (0.27, 0.33))).verdict == "holds"  # the modelled 1 % decides nothing
-    j = judge("C13", _c13(0.02, (0.015, 0.025), predicted=0.30))
-    assert j.verdict == "does not hold" and j.conditions[0]["side"] == "below"
+def test_c13_the_direct_timing_and_the_context_cost_decide_together():
+    assert judge("C13", _c13(0.30, (0.27, 0.33), predicted=0.29)).verdict == "holds"
+    j = judge("C13", _c13(0.02, (0.015, 0.025), predicted=0.0107))  # this CPU's reference column
+    assert j.verdict == "does not hold" and [c["side"] for c in j.conditions] == ["below", "below"]
     assert j.summary.startswith("The wider scope gains far less than the article says")
-    assert judge("C13", _c13(0.25, (0.20, 0.30))).verdict == "inconclusive"  # across the 24 % edge
-    assert judge("C13", _c13(0.30, (0.27, 0.33), rounds=5)).verdict == "inconclusive"  # too few rounds
-    assert judge("C13", _c13(0.50, (0.45, 0.55))).conditions[0]["side"] == "above"
+    # a busy machine: the direct timing far above what the context's cost explains decides nothing
+    busy = judge("C13", _c13(17.98, (14.99, 19.06), predicted=0.164))
+    assert busy.verdict == "inconclusive" and "rerun on a quiet machine" in busy.summary
+    assert judge("C13", _c13(0.30, (0.27, 0.33), predicted=0.01)).verdict == "inconclusive"  # they conflict
+    assert judge("C13", _c13(0.25, (0.20, 0.30), predicted=0.30)).verdict == "inconclusive"  # across 24 %
+    assert judge("C13", _c13(0.30, (0.27, 0.33), predicted=0.30, rounds=5)).verdict == "inconclusive"
     assert claims.get("C13").basis == "here"
 
 
