@@ -152,3 +152,13 @@ def test_a_non_finite_value_never_reaches_a_summary(cid, path, value, monkeypatc
     j = claims.judge_entry(e, meta)
     assert j["verdict"] == "needs re-measuring", j["summary"]
     assert "not a finite number" in j["summary"] and " inf times" not in j["summary"]
+
+
+@pytest.mark.parametrize("bad", ["x", [1, 2], 3, None])
+def test_measurements_that_are_not_an_object_read_needs_re_measuring(bad, monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    meta, entries = _column("cpu-amd-epyc-2-threads")
+    e = copy.deepcopy(next(x for x in entries if x["id"] == "C07"))
+    e.pop("evidence", None)
+    e["measurements"] = bad
+    assert claims.judge_entry(e, meta)["verdict"] in ("needs re-measuring", None)

@@ -354,8 +354,9 @@ class Measurements(Mapping):
     value as present: reading it raises, never falls back to a default."""
 
     def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = ""):
-        self.values = dict(values or {})
-        self.device = dict(device or {})
+        # a column whose measurements or device are not objects has none that a judge can read
+        self.values = dict(values) if isinstance(values, Mapping) else {}
+        self.device = dict(device) if isinstance(device, Mapping) else {}
         self.scale = scale
         self.torch = torch_version
         self._valid: dict = {}  # key -> its validated value, dicts reading missing keys as NeedsRemeasuring
