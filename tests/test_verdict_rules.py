@@ -333,3 +333,12 @@ def test_the_summary_leads_with_which_way_before_the_numbers():
     j = _judge("C20", _c20(["disagrees", "disagrees"], [None, None]), CPU)
     assert j.summary.startswith("No_grad gives more than the article's table says for w0 memory, w1 memory "
                                 "(80%, 80%); 2 cells unresolved."), j.summary
+
+
+def test_the_notebook_box_says_which_way_each_condition_disagrees():
+    j = _judge("C18", _c18([0.84, 0.68, 0.0]), CPU)
+    r = claims.Result(id="C18", verdict=j.verdict, summary=j.summary, measurements={}, conditions=j.conditions,
+                      reading_text=j.reading)
+    html = r._repr_html_()
+    assert "3 disagree (2 above, 1 below the article) of 3 conditions" in html
+    assert "disagrees (above)" in html and "disagrees (below)" in html

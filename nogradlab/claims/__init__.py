@@ -506,7 +506,11 @@ class Result:
                 counts[r] = counts.get(r, 0) + 1
         if counts:
             plural = {"agrees": "agree", "disagrees": "disagree"}
-            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}" for w, n in counts.items())
+            sides = [c.get("side") for c in self.conditions or [] if c.get("reading") == "disagrees"]
+            way = ", ".join(f"{sides.count(s)} {s}" for s in ("above", "below") if s in sides)
+            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}"
+                                   + (f" ({way} the article)" if w == "disagrees" and way else "")
+                                   for w, n in counts.items())
                          + f" of {sum(counts.values())} conditions")
         where = e(_device.label(self.device)) if self.device else ""
         small.append(f"{where}, scale {e(self.scale)}, {self.seconds:.1f} s")
@@ -514,7 +518,8 @@ class Result:
         if self.conditions:
             rows = "".join(
                 f"<tr><td>{e(str(c.get('condition', '')))}</td><td>{e(_fmt_num(c.get('value')))}</td>"
-                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}</td></tr>"
+                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}"
+                f"{e(' (' + c['side'] + ')') if c.get('side') else ''}</td></tr>"
                 for c in self.conditions if isinstance(c, dict))
             conds = (f"<p><b>Conditions</b></p><table><thead><tr><th>condition</th><th>value</th><th>95 % CI</th>"
                      f"<th>reading</th></tr></thead><tbody>{rows}</tbody></table>")
