@@ -81,17 +81,23 @@ def test_c07():
     assert verdict("C07", old) == "holds"
 
 
-def test_c10():
+def test_c10_rests_on_the_cited_release_notes_not_on_todays_torch():
+    from nogradlab.claims.nb02_inside_the_engine import MIGRATION_GUIDE, RELEASE_NOTES
+
     v = {"type": "Tensor", "volatile_attribute": None, "warnings": ["UserWarning: volatile was removed"],
          "x_requiring_grad_times_volatile_v": _t(True, "MulBackward0")}
-    m = {"torch": "t", "torch.no_grad_exists": True, "no_grad_stops_tracking": True, "Variable(volatile=True)": v}
-    assert verdict("C10", m) == "holds"
+    m = {"torch": "t", "torch.no_grad_exists": True, "no_grad_stops_tracking": True, "Variable(volatile=True)": v,
+         "sources": {"guide": MIGRATION_GUIDE, "notes": RELEASE_NOTES}}
+    j = judge("C10", m)
+    assert j.verdict == "holds" and MIGRATION_GUIDE in j.summary and "consistent with the sources" in j.summary
     m2 = copy.deepcopy(m)
-    m2["Variable(volatile=True)"]["x_requiring_grad_times_volatile_v"] = _t(False)  # volatile still acts
-    assert verdict("C10", m2) == "does not hold"
+    m2["Variable(volatile=True)"]["x_requiring_grad_times_volatile_v"] = _t(False)  # a later torch changed it
+    j2 = judge("C10", m2)
+    assert j2.verdict == "holds" and "dates nothing" in j2.summary  # today's torch cannot date 2018
     m3 = copy.deepcopy(m)
-    m3["Variable(volatile=True)"]["warnings"] = []
-    assert verdict("C10", m3) == "does not hold"
+    m3["sources"] = {"guide": MIGRATION_GUIDE}  # without the citation there is no evidence
+    with pytest.raises(claims.NeedsRemeasuring):
+        judge("C10", m3)
 
 
 def test_c11_is_not_testable_whatever_the_scan():
@@ -100,6 +106,7 @@ def test_c11_is_not_testable_whatever_the_scan():
                        "clip_grad_norm_ rescales .grad without a graph": {"grad_requires_grad": False}}}
     j = judge("C11", m)
     assert j.verdict == "not testable" and "9 of 10" in j.summary
+    assert "Proxy, not deciding" in j.summary and "inside the article's at least 60 %" in j.summary  # 90 %
     with pytest.raises(claims.NeedsRemeasuring):
         judge("C11", {"mechanism": m["mechanism"]})
 

@@ -26,8 +26,10 @@ for a GPU by the allocator model, or measured on a reference machine. A speed cl
 Verdicts: ``holds``, ``does not hold``, ``depends`` (true under some measured conditions, false under
 others: the summary says which), ``inconclusive`` (some conditions' intervals straddle a band edge
 and none of the decided ones conflict: the summary says how many more rounds would decide it),
-``not testable`` (an unsourced statistic; the mechanism behind it is measured) and ``needs
-re-measuring`` (a stored column lacks what today's rule reads). The band readings are
+``not testable`` (an unsourced statistic; the mechanism behind it is measured, a proxy of the
+figure's kind shown against it, never deciding) and ``needs re-measuring`` (a stored column lacks
+what today's rule reads, or holds something that is no measurement: :func:`not_a_measurement`).
+How conditions make a verdict, and the policy for unsourced statistics: ``nogradlab/claims/README.md``. The band readings are
 :mod:`nogradlab.claims.rules`. Timings are measured once per run and condition and shared between
 checks (:data:`nogradlab.timing.RUN`; :func:`new_run` forgets them).
 """
@@ -52,7 +54,7 @@ from .evidence import PROTOCOL, column_age, column_conflicts, conflict_text
 from .rules import Band, Rule
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
-           "NeedsRemeasuring", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
+           "NeedsRemeasuring", "JudgeError", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
            "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
            "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts"]
 
@@ -163,9 +165,8 @@ class _Notebooks(Mapping):
     """notebook stem -> the claims it checks, built from the declarations (each claim in one)."""
 
     def _table(self) -> dict:
-        _load()
         out: dict = {}
-        for c in _CLAIMS.values():
+        for c in _in_order():
             out.setdefault(c.notebook, []).append(c.id)
         return dict(sorted(out.items()))
 
@@ -186,9 +187,15 @@ class _Notebooks(Mapping):
 NOTEBOOKS = _Notebooks()
 
 
-def ids() -> list:
+def _in_order() -> list:
+    """The claims in id order (C01-C30, then X01-X05), whatever order their modules were imported in
+    (a module imported by name before the others declares its claims first)."""
     _load()
-    return list(_CLAIMS)
+    return sorted(_CLAIMS.values(), key=lambda c: (c.id[0] != "C", c.id))
+
+
+def ids() -> list:
+    return [c.id for c in _in_order()]
 
 
 def get(claim_id: str) -> Claim:
@@ -200,8 +207,7 @@ def get(claim_id: str) -> Claim:
 
 
 def all_claims() -> list:
-    _load()
-    return list(_CLAIMS.values())
+    return _in_order()
 
 
 @dataclass
@@ -230,21 +236,149 @@ class Context:
         return bool(self.params.get("reference", False))
 
 
+#: the largest magnitude of an integer a measurement may hold (a signed 64-bit integer: every byte
+#: count, batch and round count a check makes fits; a larger one is a corrupted or forged column)
+MAX_INT = 2 ** 63 - 1
+
+#: key names whose numbers cannot be negative: byte sizes, durations, counts
+_NON_NEGATIVE_SUFFIXES = ("bytes", "_s", "_ms", "_us", "median", "iqr", "mean", "times")
+_NON_NEGATIVE_NAMES = frozenset((
+    "batch", "rounds", "runs", "calls", "ops", "distinct_ops", "n_batches", "requests", "seq_len", "iterations",
+    "saved_tensors", "saved_tensor_hook_calls", "files", "mentioning_no_grad", "trials", "clients", "repeats",
+    "max_alive_outputs", "max_concurrent_calls", "speed_rounds", "speed_batch", "memory_batch", "weight_casts",
+    "number_per_sample", "threads", "max_rounds", "warmup", "min_run_time", "cells", "cells_in_band",
+    "params_with_grad_after_forward", "outputs_requiring_grad", "version_after_one_inplace", "speedup",
+    "speedup_ci", "no_grad_over_grad", "no_grad_over_train", "batch_factor", "max_abs_diff", "max_abs_output",
+    "max_abs_output_diff", "max_logit_diff", "budget_gib", "budgets_gib"))
+
+
+#: name fragments of signed measured quantities (a fraction saved, a ratio, a CI): a bool there is
+#: no measurement (a string may be an error message, and fails where the judge formats it)
+_NUMBER_FRAGMENTS = ("saved", "ratio", "share", "gain", "speedup", "factor", "diff", "band", "_ci")
+
+
+def _number_name(name: str) -> bool:
+    return name in ("ci", "value") or any(f in name for f in _NUMBER_FRAGMENTS)
+
+
+#: subtrees that describe (text or flags keyed by a quantity's name), never measure
+_DESCRIPTIVE = frozenset(("definitions", "in_band"))
+
+
+def _non_negative(name: str) -> bool:
+    return name in _NON_NEGATIVE_NAMES or name.endswith(_NON_NEGATIVE_SUFFIXES) or name.startswith("max_abs")
+
+
+def not_a_measurement(v, path: str = "") -> "str | None":
+    """Why ``v`` (a stored measurement, nested dicts and lists) holds something that is no
+    measurement, naming its place (``rows[2].time_saved: nan is not a finite number``), or None when
+    every number in it is finite and fits in 64 bits, and every value under a name that counts,
+    sizes or times something (:data:`_NON_NEGATIVE_NAMES`, names ending in ``bytes``, ``_s``,
+    ``_ms``...) is a number that is not negative (or None: not measured). JSON reads ``NaN``,
+    ``Infinity`` and integers of any length: none is a measurement."""
+    import numbers
+
+    stack = [(v, path, path.rsplit(".", 1)[-1])]
+    while stack:
+        x, where, name = stack.pop()
+        if x is None:
+            continue
+        if isinstance(x, dict):
+            if name not in _DESCRIPTIVE:
+                stack.extend((y, f"{where}.{k}" if where else str(k), str(k)) for k, y in x.items())
+        elif isinstance(x, (list, tuple)):
+            if any(isinstance(y, bool) for y in x) and any(
+                    isinstance(y, numbers.Real) and not isinstance(y, bool) for y in x):
+                return f"{where}: a list of numbers holds a bool"
+            stack.extend((y, f"{where}[{i}]", name) for i, y in enumerate(x))
+        elif isinstance(x, (bool, str)) or not isinstance(x, numbers.Real):
+            if _non_negative(name) and isinstance(x, (bool, str)):
+                return f"{where}: {x!r} is not a number, and {name!r} counts, sizes or times something"
+            if _number_name(name) and isinstance(x, bool):
+                return f"{where}: {x!r} is not a number, and {name!r} is a measured quantity"
+        elif isinstance(x, numbers.Integral):
+            if abs(int(x)) > MAX_INT:
+                return f"{where}: an integer of {int(x).bit_length()} bits is no measurement"
+            if x < 0 and _non_negative(name):
+                return f"{where}: {int(x)} is negative, and {name!r} counts, sizes or times something"
+        else:
+            f = float(x)
+            if f != f or f in (float("inf"), float("-inf")):
+                return f"{where}: {f} is not a finite number"
+            if f < 0 and _non_negative(name):
+                return f"{where}: {f:g} is negative, and {name!r} counts, sizes or times something"
+    return None
+
+
+def number(x, what: str = "a measurement"):
+    """``x`` when it is a number (int or float, not bool), else :class:`NeedsRemeasuring`: for a
+    judge that compares a stored count with ``==``, where a list or a string would compare False
+    and read as a confident verdict. (:class:`Measurements` has already refused non-finite ones.)"""
+    import numbers
+
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise NeedsRemeasuring(f"{what}: {x!r} is not a number")
+    return x
+
+
+class _Stored(dict):
+    """A stored measurement's dict as a judge reads it: a missing key raises
+    :class:`NeedsRemeasuring` naming its place (a column made before the key existed), not a bare
+    KeyError that strict mode would take for the judge's bug."""
+
+    __slots__ = ("_where",)
+
+    def __missing__(self, k):
+        where = getattr(self, "_where", "")  # a copy (copy.deepcopy, dataclasses.asdict) has none
+        raise NeedsRemeasuring(f"{where}.{k}" if where else str(k))
+
+
+def _stored(v, where: str = ""):
+    """``v`` with every dict in it a :class:`_Stored` (lists and tuples become lists)."""
+    if isinstance(v, dict):
+        d = _Stored((k, _stored(x, f"{where}.{k}" if where else str(k))) for k, x in v.items())
+        d._where = where
+        return d
+    if isinstance(v, (list, tuple)):
+        return [_stored(x, f"{where}[{i}]") for i, x in enumerate(v)]
+    return v
+
+
 class Measurements(Mapping):
     """What a check measured (``values``, read like a dict) and where: ``device``
-    (:func:`nogradlab.device.describe`), ``scale``, ``torch``. A judge reads nothing else."""
+    (:func:`nogradlab.device.describe`), ``scale``, ``torch``. A judge reads nothing else.
+
+    Reading a key validates everything stored under it (:func:`not_a_measurement`): a key that is
+    missing, or whose values hold something that is no measurement (NaN, an infinity, an integer
+    beyond 64 bits, a negative count, byte size or duration), raises :class:`NeedsRemeasuring`, so
+    every judge reads only finite, plausible numbers; so does a key missing from a dict inside it. ``in`` and ``get`` see a key holding an invalid
+    value as present: reading it raises, never falls back to a default."""
 
     def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = ""):
-        self.values = dict(values or {})
-        self.device = dict(device or {})
+        # a column whose measurements or device are not objects has none that a judge can read
+        self.values = dict(values) if isinstance(values, Mapping) else {}
+        self.device = dict(device) if isinstance(device, Mapping) else {}
         self.scale = scale
         self.torch = torch_version
+        self._valid: dict = {}  # key -> its validated value, dicts reading missing keys as NeedsRemeasuring
 
     def __getitem__(self, k):
         try:
-            return self.values[k]
+            v = self.values[k]
         except KeyError:
             raise NeedsRemeasuring(k) from None
+        if k not in self._valid:
+            why = not_a_measurement(v, str(k))
+            if why:
+                raise NeedsRemeasuring(why)
+            self._valid[k] = _stored(v, str(k))
+        return self._valid[k]
+
+    def __contains__(self, k):
+        return k in self.values
+
+    def get(self, k, default=None):
+        return self[k] if k in self.values else default
 
     def __iter__(self):
         return iter(self.values)
@@ -376,7 +510,11 @@ class Result:
                 counts[r] = counts.get(r, 0) + 1
         if counts:
             plural = {"agrees": "agree", "disagrees": "disagree"}
-            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}" for w, n in counts.items())
+            sides = [c.get("side") for c in self.conditions or [] if c.get("reading") == "disagrees"]
+            way = ", ".join(f"{sides.count(s)} {s}" for s in ("above", "below") if s in sides)
+            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}"
+                                   + (f" ({way} the article)" if w == "disagrees" and way else "")
+                                   for w, n in counts.items())
                          + f" of {sum(counts.values())} conditions")
         where = e(_device.label(self.device)) if self.device else ""
         small.append(f"{where}, scale {e(self.scale)}, {self.seconds:.1f} s")
@@ -384,7 +522,8 @@ class Result:
         if self.conditions:
             rows = "".join(
                 f"<tr><td>{e(str(c.get('condition', '')))}</td><td>{e(_fmt_num(c.get('value')))}</td>"
-                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}</td></tr>"
+                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}"
+                f"{e(' (' + c['side'] + ')') if c.get('side') else ''}</td></tr>"
                 for c in self.conditions if isinstance(c, dict))
             conds = (f"<p><b>Conditions</b></p><table><thead><tr><th>condition</th><th>value</th><th>95 % CI</th>"
                      f"<th>reading</th></tr></thead><tbody>{rows}</tbody></table>")
@@ -562,12 +701,38 @@ def _needs(claim: Claim, m: Measurements, why) -> Judgement:
                      scope={"basis": "measured", "text": _where_text(m)})
 
 
-def _judge_or_needs(claim: Claim, m: Measurements) -> Judgement:
-    """The judge's answer on stored measurements; "needs re-measuring" when they lack what it reads."""
+#: set to 1 (as the tests do) to make a judge's own error on stored measurements raise
+STRICT_ENV = "NOGRADLAB_STRICT_JUDGES"
+
+
+class JudgeError(RuntimeError):
+    """A judge failed on stored measurements that passed validation: a bug in the judge (raised in
+    strict mode, :data:`STRICT_ENV`), or a column of the wrong shape (outside strict mode)."""
+
+
+def strict() -> bool:
+    """Whether a judge's own error on a stored column raises (:data:`STRICT_ENV` set to 1, as in the
+    tests) rather than reading "needs re-measuring"."""
+    import os
+
+    return os.environ.get(STRICT_ENV, "") not in ("", "0")
+
+
+def _judge_or_needs(claim: Claim, m: Measurements, ref: "Measurements | None" = None) -> Judgement:
+    """The judge's answer on stored measurements: "needs re-measuring" when they lack what it reads
+    or hold something that is no measurement (:class:`NeedsRemeasuring`, raised by the judge or by
+    :class:`Measurements`' validation). Any other error is the judge's: it raises
+    :class:`JudgeError` in strict mode (the tests); elsewhere the column, which today's judge cannot
+    read, shows "needs re-measuring" with the error named, so that a forged or broken reference
+    never crashes a run."""
     try:
-        return _judge(claim, m)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
-        return _needs(claim, m, f"{type(e).__name__}: {e}")
+        return _judge(claim, m, ref)
+    except NeedsRemeasuring as e:
+        return _needs(claim, m, f"{e.args[0] if e.args else e}")
+    except Exception as e:  # noqa: BLE001 - a broken column must not crash a run; strict mode raises
+        if strict():
+            raise JudgeError(f"the judge of {claim.id} failed on {m.label}: {type(e).__name__}: {e}") from e
+        return _needs(claim, m, f"today's judge cannot read this column: {type(e).__name__}: {e}")
 
 
 # -------------------------------------------------------------------------------------------
@@ -702,10 +867,9 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     rejected = [c for c in candidates if c[3]] if ref is None else []
     if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
         rm = _entry_measurements(ref[2], ref[1]) if ref else None
-        try:
-            jm = _judge(claim, m, rm)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
-            return _needs(claim, m, f"{type(e).__name__}: {e}"), _scope(claim, m, j), None
+        jm = _judge_or_needs(claim, m, rm)
+        if jm.verdict == "needs re-measuring":
+            return jm, _scope(claim, m, j), None
         speed = (f"measured on a reference machine, {rm.label} ({ref[0]}, {column_age(ref[1])['label']}), "
                  f"judged by today's rule" if rm is not None else
                  f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "

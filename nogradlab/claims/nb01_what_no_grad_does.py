@@ -13,10 +13,11 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, NeedsRemeasuring, declare
+from . import Judgement, NeedsRemeasuring, declare, number
 from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition
 from .probes import _in_new_thread, _tracking, _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import (
+    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text, verdict_of)
 from .searches import (
     GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row,
     _searches, default_budgets, shared_largest_batch)
@@ -106,7 +107,8 @@ def c02(ctx):
 @C02.judges
 def judge_c02(m, rule):
     ng, g = m["runs"]["no_grad"], m["runs"]["grad"]
-    ok = ng["grad_fn"] is None and ng["saved_tensor_hook_calls"] == 0 and g["saved_tensor_hook_calls"] > 0
+    calls = {k: number(r["saved_tensor_hook_calls"], f"runs.{k}.saved_tensor_hook_calls") for k, r in m["runs"].items()}
+    ok = ng["grad_fn"] is None and calls["no_grad"] == 0 and calls["grad"] > 0
     summary = (f"{m['workload']} forward: with grad the output has grad_fn {g['grad_fn']} and the saved-tensor "
                f"hook fired {g['saved_tensor_hook_calls']} times; under no_grad grad_fn is "
                f"{ng['grad_fn']} and the hook fired {ng['saved_tensor_hook_calls']} times.")
@@ -167,7 +169,8 @@ C06 = declare(
     "C06", section='1', kind='semantic', notebook=NOTEBOOK,
     paraphrase='a tracked tensor multiplied by 3 inside no_grad gives requires_grad False and grad_fn None',
     figure=None,
-    rule=Rule("Holds when the article's literal example gives requires_grad False and grad_fn None."))
+    rule=Rule("Holds when the article's literal example gives requires_grad False and grad_fn None; otherwise "
+              "does not hold."))
 
 
 @C06.measures
@@ -195,7 +198,7 @@ C03 = declare(
     figure='20-40 %',
     rule=Rule("Per workload x batch, time saved = 1 - t(no_grad forward)/t(grad forward), eval mode, one "
               "shared timing per condition, read against 20-40 % by its 95 % CI (agrees inside, disagrees "
-              "outside, unresolved across an edge; at least 10 rounds). Judged twice, the transformer "
+              "outside, unresolved across an edge; at least 10 rounds); " + AGGREGATE + ". Judged twice, the transformer "
               "with its fused fast path and without it; where the two verdicts differ, 'depends' on the "
               "fused path. The article speaks of GPUs: off a GPU the reference GPU's measurements decide.",
               band=Band("range", 0.20, 0.40), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
@@ -254,7 +257,10 @@ def judge_c03(m, rule):
     with_, rows_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band)
     fused = any(r.get("with_fast_path") for r in rows)
     lo, hi = min(r["time_saved"] for r in rows), max(r["time_saved"] for r in rows)
-    summary = (f"Forward with grad vs without grad (eval mode, same model and input, {m.label}): no_grad "
+    lead = direction_text(rows_off, "no_grad saves more time than the article says", "no_grad saves less time than the article says",
+                          nothing="no_grad saves nothing clear")
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"Forward with grad vs without grad (eval mode, same model and input, {m.label}): no_grad "
                f"cut the time by {lo:.0%} to {hi:.0%} across {len(rows)} workload x batch conditions "
                f"(article: 20-40 %). {readings_text(rows_off)}.")
     if fused:
@@ -325,10 +331,10 @@ C04 = declare(
     figure=None,
     rule=Rule("Per workload and GPU-sized budget (12 GiB, and 16 GiB in a full run), the largest eval+no_grad "
               "batch is compared with the largest grad-enabled forward batch, at the article's model sizes: "
-              "the allocator model's estimate, or on a GPU its real OOM search where one was made; holds when "
-              "no_grad fits a larger batch everywhere, does not hold when nowhere, depends otherwise. A search "
-              "that reached its limit is a lower bound ('>= N (search limit)'), deciding only where the bound "
-              "does (else unresolved: inconclusive). The tiny CPU search is shown, 'on your machine', never "
+              "the allocator model's estimate, or on a GPU its real OOM search where one was made; a condition "
+              "agrees when no_grad fits a larger batch, disagrees when it fits none larger (below the claim), "
+              "and is unresolved when a search that reached its limit (a lower bound, '>= N (search limit)') "
+              "cannot say; " + AGGREGATE + ". The tiny CPU search is shown, 'on your machine', never "
               "deciding."))
 
 
@@ -414,11 +420,14 @@ def judge_c04(m, rule):
         raise NeedsRemeasuring("no GPU-sized condition")
     rows = []
     for c in gpu:
+        for mode in ("grad", "eval+no_grad", "train"):
+            number(c[mode], f"conditions.{mode}")
         cap = _capped_modes(c, searches)
         larger = _larger(c["eval+no_grad"], cap.get("eval+no_grad", False), c["grad"], cap.get("grad", False))
         reading = "unresolved" if larger is None else "agrees" if larger else "disagrees"
         rows.append({"condition": f"{c['workload']} {c['budget_gib']:g} GiB", "value": c["no_grad_over_grad"],
-                     "ci": None, "reading": reading, "rounds": None, "rounds_to_decide": None,
+                     "ci": None, "reading": reading, "side": "below" if reading == "disagrees" else None,
+                     "rounds": None, "rounds_to_decide": None,
                      "capped": sorted(k for k, v in cap.items() if v)})
     verdict = verdict_of(r["reading"] for r in rows)
     method = gpu[0].get("method", "estimate")
@@ -440,8 +449,8 @@ def judge_c04(m, rule):
         finding += (f"; undecided where a search reached its limit ({', '.join(open_)}): a larger max_batch "
                     "would decide it")
     n_train = sum(bool(c["larger_than_train"]) for c in gpu)
-    summary = (f"Largest batch per mode ({how}): {'; '.join(parts)}. {finding}; against a training step it "
-               f"fits more in {n_train} of {len(gpu)} conditions.")
+    summary = (f"{finding[0].upper()}{finding[1:]}; against a training step it fits more in {n_train} of "
+               f"{len(gpu)} conditions. Largest batch per mode ({how}): {'; '.join(parts)}.")
     if local:
         c = local[0]
         summary += (f" On your machine ({c['workload']} at tiny scale on the CPU, estimated and checked with "

@@ -15,10 +15,10 @@ from .. import batch as _batch
 from .. import memory
 from .. import modes
 from .. import workloads
-from . import Judgement, declare
+from . import Judgement, NeedsRemeasuring, declare, number
 from .measure import _batches, _check, estimate_row, param_bytes
 from .probes import _max_abs_diff, _tracking, _workload
-from .rules import Band, Rule, verdict_of
+from .rules import Band, Rule, proxy_text, verdict_of
 from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches)
 
 NOTEBOOK = "02_inside_the_engine"
@@ -35,7 +35,7 @@ C07 = declare(
     paraphrase='operators still run under no_grad but record nothing for backward',
     figure=None,
     rule=Rule("Holds when operators run under no_grad (same outputs) and record no graph and no "
-                "saved tensors."))
+              "saved tensors; otherwise does not hold."))
 
 
 @C07.measures
@@ -61,7 +61,7 @@ def judge_c07(m, rule):
     # columns made before "outputs_allclose" was stored: the outputs of one model on one input
     # (allclose's default tolerance; the stored diff was 0 in both reference columns)
     same = m.get("outputs_allclose", diff == 0)
-    ok = g["saved_bytes"] > 0 and ng["saved_bytes"] == 0 and bool(same)
+    ok = number(g["saved_bytes"]) > 0 and number(ng["saved_bytes"]) == 0 and bool(same)
     summary = (f"{m['workload']} ({m.scale}, batch {m['batch']}): the same forward computed "
                f"{'the same' if same else 'a different'} output (max diff {diff:.3g}); autograd saved "
                f"{memory.format_bytes(g['saved_bytes'])} ({g['saved_tensors']} storages) with grad and "
@@ -73,8 +73,11 @@ C10 = declare(
     "C10", section='2', kind='historical', notebook=NOTEBOOK,
     paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
     figure='0.4',
-    rule=Rule("Holds when torch.no_grad exists, works, and Variable(volatile=True) is ignored with a "
-                "warning, as after the 0.4.0 migration; otherwise does not hold."))
+    rule=Rule("Historical, decided by the cited sources: holds when the PyTorch 0.4.0 migration guide (April "
+              "2018) and the v0.4.0 release notes are the stored sources, which deprecate the volatile flag in "
+              "favour of torch.no_grad() and torch.set_grad_enabled(). Today's torch is shown (no_grad works; "
+              "Variable(volatile=True) warns and has no effect): consistent with them or not, it dates nothing "
+              "and never decides."))
 
 
 @C10.measures
@@ -107,20 +110,26 @@ def c10(ctx):
 
 @C10.judges
 def judge_c10(m, rule):
+    sources = m["sources"]
+    if not isinstance(sources, dict) or not {MIGRATION_GUIDE, RELEASE_NOTES} <= set(sources.values()):
+        raise NeedsRemeasuring("the cited 0.4.0 migration guide and release notes")
     v = m["Variable(volatile=True)"]
     y = v["x_requiring_grad_times_volatile_v"]
     volatile_ignored = y["requires_grad"] and y["grad_fn"] is not None
     messages = v["warnings"]
-    ok = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
-    summary = (f"The 0.4.0 migration guide deprecated volatile=True in favour of torch.no_grad(); in torch "
-               f"{m['torch']} Variable(x, volatile=True) returns a plain {v['type']}, warns "
-               f"({len(messages)} warning(s)) and has "
+    today = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
+    summary = (f"Holds on the cited sources: the PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 "
+               f"release notes ({RELEASE_NOTES}) deprecate the volatile flag in favour of torch.no_grad() and "
+               f"torch.set_grad_enabled(). Today's torch {m['torch']}, shown, not deciding: "
+               f"Variable(x, volatile=True) returns a plain {v['type']}, warns ({len(messages)} warning(s)) and has "
                + ("no effect" if volatile_ignored else "an effect")
-               + f" (x * volatile_v has grad_fn {y['grad_fn']}). "
-               + ("The article's date holds; " if ok else "This run does not support the article's date; ")
-               + "what no_grad replaced was the volatile flag more than the detach/clone workarounds it "
+               + f" (x * volatile_v has grad_fn {y['grad_fn']}), "
+               + ("consistent with the sources. " if today else "not as the sources describe (a later release "
+                                                               "may have changed it; it dates nothing). ")
+               + "What no_grad replaced was the volatile flag more than the detach/clone workarounds the article "
                "names.")
-    return Judgement("holds" if ok else "does not hold", summary)
+    return Judgement("holds", summary, "The 0.4.0 migration guide and release notes replaced volatile=True by "
+                                       "torch.no_grad(); today's torch is shown, not counted.")
 
 
 def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":
@@ -141,8 +150,11 @@ C11 = declare(
     "C11", section='2', kind='unsourced statistic', notebook=NOTEBOOK,
     paraphrase='more than 60 % of tutorials and framework internals use no_grad by default',
     figure='>60 %',
-    rule=Rule("Not testable: an unsourced survey share; the mechanism (how often installed packages "
-                "use no_grad) is counted as evidence only."))
+    rule=Rule("Not testable: an unsourced survey share (no population, sample or method). The mechanism is "
+              "shown (torch's own helpers run with grad off), and the proxy, the share of the installed torch's "
+              "Python files that mention no_grad, is read against 'more than 60 %' and shown first, never "
+              "deciding: files are not the article's tutorials and methods.",
+              band=Band("at least", 0.60)))
 
 
 @C11.measures
@@ -177,9 +189,13 @@ def judge_c11(m, rule):
     ran = ("torch's own helpers (nn.init, clip_grad_norm_) run with grad off, leaving no graph"
            if init.get("as_expected") and not clip.get("grad_requires_grad") else
            "torch's own helpers (nn.init, clip_grad_norm_) left a graph behind in this run (see measurements)")
-    summary = ("Not testable: no source or method is given for the >60 % figure. Mechanism: "
-               f"{ran}; for scale, {t.get('mentioning_no_grad')} of {t.get('files')} Python files of the "
-               "installed torch mention no_grad (a different population).")
+    files, hits = t.get("files"), t.get("mentioning_no_grad")
+    share = hits / files if files and hits is not None else None
+    proxy = (f"Proxy, not deciding: {hits} of {files} Python files of the installed "
+             f"torch ({share:.1%}) mention no_grad, {proxy_text(rule.band, share)}; files are a different "
+             "population from the article's tutorials and methods. " if share is not None else "")
+    summary = ("Not testable: no source or method is given for the >60 % figure. " + proxy
+               + f"Mechanism: {ran}.")
     return Judgement("not testable", summary)
 
 
@@ -236,6 +252,7 @@ def judge_c08(m, rule):
     conds = [{"condition": f"{r['workload']}@{r['batch']}",
               "value": r["activation_bytes"] / r["params_grads_optimizer_bytes"], "ci": None,
               "reading": "agrees" if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "disagrees",
+              "side": None if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "below",
               "rounds": None, "rounds_to_decide": None} for r in rows]
     verdict = verdict_of(c["reading"] for c in conds)
     names = list(crossovers)
@@ -339,11 +356,17 @@ def judge_c09(m, rule):
                         for k in ("train", "grad", "eval+no_grad"))
     if vs_train is None:
         return Judgement("does not hold", f"{name} under {gib:g} GiB ({how}): batches {batches}; not even batch 1 "
-                                          "of a training step fits, so the factor is undefined.")
+                                          "of a training step fits, so the factor is undefined.",
+                         conditions=[{"condition": f"{name} {gib:g} GiB", "value": None, "ci": None,
+                                      "reading": "disagrees", "side": "below", "rounds": None,
+                                      "rounds_to_decide": None}])
     reading, bound = _c09_read(rule.band, vs_train, cap.get("eval+no_grad", False), cap.get("train", False))
     verdict = verdict_of([reading])
     factor = f"{vs_train:.2f}x" + (f" (a {bound}: a search reached its limit)" if bound else "")
-    summary = (f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
+    side = ("above" if vs_train > rule.band.edges[1] else "below") if reading == "disagrees" else None
+    lead = (f"No_grad fits {'more' if side == 'above' else 'less'} than the article says: {vs_train:.2f}x the "
+            f"training batch against about {C09_FIGURE}x. " if side else "")
+    summary = (lead + f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
                f"training batch (article: {rule.band.text()})"
                + (f" and {vs_grad:.2f}x the grad-enabled forward's" if vs_grad is not None else "") + ". ")
     summary += ("The direction holds (more fits under no_grad); " if vs_train > 1 else
@@ -355,7 +378,7 @@ def judge_c09(m, rule):
                               "would decide it."}[reading]
     summary += _real_note(m.get("real_check"))
     conds = [{"condition": f"{name} {gib:g} GiB", "value": vs_train, "ci": None, "reading": reading,
-              "rounds": None, "rounds_to_decide": None, "bound": bound}]
+              "side": side, "rounds": None, "rounds_to_decide": None, "bound": bound}]
     scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
              if real else None)
     return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's about "

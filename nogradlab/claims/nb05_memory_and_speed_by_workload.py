@@ -19,7 +19,8 @@ from .measure import (
     ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct,
     _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, estimate_row, estimate_sweep,
     forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions, readings_text, verdict_of
+from .rules import (
+    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text, verdict_of)
 from .searches import _quick, shared_largest_batch
 
 NOTEBOOK = "05_memory_and_speed_by_workload"
@@ -58,7 +59,7 @@ C18 = declare(
               "forward), read against 20-40 % (unrounded; above 40 % disagrees as below 20 % does). The "
               "article speaks of GPUs: the full-size estimates on a virtual CUDA device decide (on a GPU, "
               "its own full-size measurements too); a tiny run's bytes are shown, not counted. Holds if all "
-              "agree, does not hold if none, depends otherwise.",
+              "agree, does not hold if none (exact values: none is unresolved), depends otherwise.",
               band=Band("range", 0.20, 0.40)))
 
 
@@ -111,10 +112,11 @@ def judge_c18(m, rule):
     def span(rs):
         return f"{min(r['memory_saved'] for r in rs):.0%}-{max(r['memory_saved'] for r in rs):.0%}"
 
-    above = [r["condition"] for r in rows if r["reading"] == "disagrees" and r["value"] > rule.band.edges[1]]
-    summary = (f"At the article's sizes (estimates, virtual CUDA) no_grad cut the forward pass's total peak "
+    lead = direction_text(rows, "no_grad saves more memory than the article says", "no_grad saves less memory than the article says",
+                          nothing="no_grad saves nothing")
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"At the article's sizes (estimates, virtual CUDA) no_grad cut the forward pass's total peak "
                f"(weights and input included) by {span(est)} (article: 20-40 %): {readings_text(rows)}"
-               + (f"; above the band (a larger saving than the article says): {', '.join(above)}" if above else "")
                + ". The saving is the activations' share of the peak: small where weights dominate (small "
                "batches, the MLP), large where activations do."
                + (f" On your machine ({m.label}, real runs, not counted): {span(real)}." if real else ""))
@@ -228,7 +230,9 @@ C19 = declare(
               "estimates of transformer_base against sequence length (the allocator model on a virtual CUDA "
               "device, and fused attention on a fake CPU device; a GPU's own real series at full size too): "
               "agrees when it grows monotonically; holds when every deciding series grows, does not hold when "
-              "none does, depends otherwise. A tiny real run is shown 'on your machine', never deciding."))
+              "none does, depends otherwise. Only this half of the claim is judged, and the verdict says so: "
+              "'a smaller saving per token than other models' names no unit for models without tokens. A tiny "
+              "real run is shown 'on your machine', never deciding."))
 
 
 @_check("C19")
@@ -261,14 +265,16 @@ def judge_c19(m, rule):
     if not decide:
         raise NeedsRemeasuring("no full-size series of two or more sequence lengths")
     conds = [{"condition": k, "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
-              "reading": "agrees" if _grows(v) else "disagrees", "rounds": None, "rounds_to_decide": None}
-             for k, v in decide.items()]
+              "reading": "agrees" if _grows(v) else "disagrees", "side": None if _grows(v) else "below",
+              "rounds": None, "rounds_to_decide": None} for k, v in decide.items()]
     verdict = verdict_of(c["reading"] for c in conds)
     flat = [c["condition"] for c in conds if c["reading"] == "disagrees"]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
     tok = "; ".join(f"{k}: {v[0]} -> {v[-1]} KiB ({'grows' if v[-1] > 1.05 * v[0] else 'flat or falling'})"
                     for k, v in per_token.items() if k in decide)
-    summary = (f"Memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs sequence "
+    summary = (f"Judged on its second half only (the saving grows with sequence length): it grows in "
+               f"{len(conds) - len(flat)} of {len(conds)} full-size series. "
+               f"Memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs sequence "
                f"length, full-size series: {'; '.join(_series_text(k, v) for k, v in decide.items())}; it grows "
                f"in {len(conds) - len(flat)} of {len(conds)} series"
                + (f" (not monotone: {', '.join(flat)}" if flat else "")
@@ -283,7 +289,8 @@ def judge_c19(m, rule):
         summary += " On your machine (real runs, not deciding): " + "; ".join(
             _series_text(k, v) + (" (grows)" if len(v) > 1 and _grows(v) else " (not monotone)" if len(v) > 1 else "")
             for k, v in shown.items()) + "."
-    reading = f"The saving grows with sequence length in {len(conds) - len(flat)} of {len(conds)} full-size series."
+    reading = (f"Second half only: the saving grows with sequence length in {len(conds) - len(flat)} of {len(conds)} "
+               "full-size series; 'smaller per token than other models' is not judged.")
     return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide))
 
 
@@ -331,7 +338,9 @@ def judge_c21(m, rule):
         return (f"{k}: {_pct(v[-1]['memory_saved'])} at {v[-1]['seq_len']} tokens (at least 40 % from "
                 f"{first(v) or 'never'})")
 
-    summary = (f"At the longest sequence of each full-size series the saving was "
+    lead = direction_text(conds, "more", "the saving stays under 40 % at the longest sequence", group=False)
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"At the longest sequence of each full-size series the saving was "
                f"{'; '.join(part(k, v) for k, v in decide.items())}. Article: over 40 %.")
     if shown:
         summary += " On your machine (real runs, not deciding): " + "; ".join(part(k, v) for k, v in shown.items()) + "."
@@ -380,8 +389,8 @@ C20 = declare(
               "full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
               "without grad over the forward with grad (shared timing, 95 % CI, at least 10 rounds), "
               "measured on a GPU: off a GPU the reference GPU's. Judged with and without the transformer's "
-              "fused fast path; where the two differ, 'depends' on the fused path. Holds if all cells agree, "
-              "does not hold if none, depends otherwise; the training-step comparison is shown, not counted.",
+              "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
+              + "; the training-step comparison is shown, not counted.",
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
@@ -548,7 +557,20 @@ def judge_c20(m, rule, ref=None):
     n_ok = sum(c["reading"] == "agrees" for c in cells)
     where = ("speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column has one)")
-    summary = (f"{n_ok} of {len(cells)} cells lie in the article's band (memory and batch factor: full-size "
+    def val(c):
+        return f"{c['value']:.2f}x" if c["band"]["unit"] == "x" else f"{c['value']:.0%}"
+
+    above = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "above"]
+    below = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "below"]
+    lead = "; ".join(
+        f"{word} for {', '.join(c['condition'] for c in cs)} ({', '.join(val(c) for c in cs)})"
+        for word, cs in (("no_grad gives more than the article's table says", above),
+                         ("less than it says", below)) if cs)
+    n_open = sum(c["reading"] == "unresolved" for c in cells)
+    if lead and n_open:
+        lead += f"; {n_open} cell{'s' if n_open > 1 else ''} unresolved"
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"{n_ok} of {len(cells)} cells lie in the article's band (memory and batch factor: full-size "
                f"estimates on a virtual 16 GiB CUDA device; {where}): {desc}.")
     fast = [r for r in (speed_rows or []) if r.get("speed_case", "no_grad") != "no_grad"
             and r.get("speed_gain_with_fast_path") is not None]

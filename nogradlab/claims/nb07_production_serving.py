@@ -71,8 +71,9 @@ def judge_c26(m, rule):
                f"{pooled}, in a worker that enters no_grad itself {fixed}.")
     if inline:
         return Judgement("does not hold", summary)
-    if pooled and not fixed:
-        return Judgement("depends", summary + " Highest level works per thread: set the mode inside the worker.")
+    if pooled:  # the handler's own thread only, whatever the worker that enters no_grad itself shows
+        return Judgement("depends", summary + (" Highest level works per thread: set the mode inside the worker."
+                                               if not fixed else " Even a worker entering no_grad itself was tracked."))
     return Judgement("holds", summary)
 
 
@@ -119,8 +120,9 @@ C25 = declare(
     paraphrase='87 % of serving projects wrap endpoints in no_grad; those without are 2.1x likelier to hit memory limits',
     figure='87 % / 2.1x',
     rule=Rule("Not testable: '87 %' and '2.1x' are unsourced survey figures; the mechanism (memory "
-                "kept per request with and without no_grad, under several concurrent clients and when "
-                "outputs are kept) is measured on a loopback server."))
+              "kept per request with and without no_grad, under several concurrent clients and when "
+              "outputs are kept) is measured on a loopback server. No measured quantity is of the figures' "
+              "kind (a share of projects, a likelihood of hitting a limit), so no proxy is read against them."))
 
 
 @C25.measures
@@ -185,7 +187,8 @@ def judge_c25(m, rule):
     grow_ng = (s.get("keep_outputs_no_grad") or {}).get("held_growth_per_request")  # older columns lack it
     graph_share = m.get("graph_share_of_kept_growth")
     summary = (
-        "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey. The mechanism, "
+        "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey, and nothing measured here "
+        "is of their kind (a share of projects, a likelihood), so no proxy is read against them. The mechanism, "
         f"measured on a Tornado server on 127.0.0.1 ({name}, {m.label}): one request at a time, "
         f"without no_grad each request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that "
         f"never comes (freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. ")

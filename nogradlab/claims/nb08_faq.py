@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from .. import memory
 from .. import modes
-from . import Judgement, declare
+from . import Judgement, declare, number
 from .probes import _error_text, _max_abs_diff, _tracking, _workload
 from .rules import Rule
 
@@ -71,6 +71,10 @@ _C27_INPUT = "autograd.grad(output made under no_grad, input) (gradient penalty 
 def judge_c27(m, rule):
     v, change = m["loss_value"], m["grad_change_vs_no_penalty"]
     weight_err, input_err = m[_C27_WEIGHT], m[_C27_INPUT]
+    for k in ("penalty_under_no_grad", "no_penalty"):
+        number(v[k], f"loss_value.{k}")
+    for k in ("penalty_under_no_grad", "penalty_with_grad"):
+        number(change[k], f"grad_change_vs_no_penalty.{k}")
     ok = (v["penalty_under_no_grad"] != v["no_penalty"] and change["penalty_under_no_grad"] == 0
           and change["penalty_with_grad"] > 0 and weight_err is not None and input_err is not None)
     summary = (f"An L2 penalty under no_grad raised the loss from {v['no_penalty']:.4f} to "
@@ -130,6 +134,9 @@ def c29(ctx):
 def judge_c29(m, rule):
     rows, est = m["modes"], m["estimate_saved_bytes"]
     g, ng = rows["grad"], rows["no_grad"]
+    for r in (g, ng):
+        for k in ("parameter_bytes", "optimizer_state_bytes", "saved_for_backward_bytes"):
+            number(r[k], k)
     ok = (g["parameter_bytes"] == ng["parameter_bytes"]
           and g["optimizer_state_bytes"] == ng["optimizer_state_bytes"]
           and all(r["optimizer_state_unchanged"] and r["parameters_unchanged"] for r in rows.values())

@@ -15,7 +15,7 @@ from .measure import (
     _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note,
     _speed_batch, _tiers, _torch_threads, forward_condition)
 from .probes import _error_text
-from .rules import MIN_BOOTSTRAP_ROUNDS, Rule, TIE, verdict_of
+from .rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, verdict_of
 
 NOTEBOOK = "09_beyond_no_grad"
 
@@ -150,8 +150,7 @@ X05 = declare(
     rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode, 95 % CIs, at "
               "least 10 rounds). A condition agrees when some lever's CI lies wholly above plain no_grad's "
               "and it is at least 5 % faster; disagrees when every lever's CI upper end stays below 5 % "
-              "faster than no_grad; unresolved otherwise. Holds when all agree, does not hold when all "
-              "disagree, depends on a mix, inconclusive otherwise. The levers are GPU levers: off a GPU the "
+              "faster than no_grad (below the claim); unresolved otherwise; " + AGGREGATE + ". The levers are GPU levers: off a GPU the "
               "reference GPU's measurements decide.", threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
 
 
@@ -243,8 +242,9 @@ def judge_x05(m, rule):
     conds = []
     for r in timed:
         won = [k for k in r["speedup"] if k.startswith("no_grad+") and _beats(r["speedup"], r["ci"], k, "no_grad", margin)]
-        conds.append({"condition": f"{r['workload']}@{r['batch']}", "reading": _x05_reading(r, margin, rule.min_samples),
-                      "beats_no_grad": won, "levers": [k for k in r["speedup"] if k.startswith("no_grad+")]})
+        reading = _x05_reading(r, margin, rule.min_samples)
+        conds.append({"condition": f"{r['workload']}@{r['batch']}", "reading": reading,
+                      "side": "below" if reading == "disagrees" else None, "beats_no_grad": won, "levers": [k for k in r["speedup"] if k.startswith("no_grad+")]})
     verdict = verdict_of(c["reading"] for c in conds)
 
     def fmt_tiers(r):

@@ -17,10 +17,13 @@ Each condition (a workload, a batch) is then one of three: it **agrees** when it
 confidence interval lies on the agreeing side of every edge, **disagrees** when the whole interval
 lies on the other side, and is **unresolved** when the interval straddles an edge. The decision is
 made on unrounded values; rounding is for display only. A value without an interval (bytes, an
-estimate) is its own interval. The claim: all agree, ``holds``; all disagree, ``does not hold``;
-some agree and some disagree, ``depends``; otherwise (unresolved conditions and no conflict between
-the decided ones) ``inconclusive``, with the number of timing rounds that would decide it
-(:func:`rounds_to_decide`: an interval narrows as one over the square root of the rounds).
+estimate) is its own interval. A disagreeing condition says which way (``side``: ``"above"`` or
+``"below"`` the band). The claim (:data:`AGGREGATE`, :func:`verdict_of`): all agree, ``holds``;
+some agree and some disagree, ``depends``; none agrees and some disagree, ``does not hold`` (an
+unresolved condition beside them could only turn it into ``depends``, never into ``holds``: the
+summary counts them); none disagrees and some are unresolved, ``inconclusive``, with the number of
+timing rounds that would decide it (:func:`rounds_to_decide`: an interval narrows as one over the
+square root of the rounds).
 
 Ties between two timed cases: overlapping 95 % confidence intervals are a tie (:data:`TIE`).
 """
@@ -31,8 +34,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "get", "digest", "verdict_of", "rounds_to_decide",
-           "MIN_BOOTSTRAP_ROUNDS"]
+__all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "AGGREGATE", "SIDES", "get", "digest", "verdict_of",
+           "rounds_to_decide", "MIN_BOOTSTRAP_ROUNDS", "direction_text", "proxy_text"]
 
 #: what counts as a tie between two timed cases, in every check that ranks or compares timings
 TIE = "overlapping 95 % confidence intervals are a tie (no ranking, 'no clear difference')"
@@ -42,6 +45,14 @@ ABOUT = 0.20
 
 #: the three readings of one condition against a band
 READINGS = ("agrees", "disagrees", "unresolved")
+
+#: which way a disagreeing condition lies from the article's figure
+SIDES = ("above", "below")
+
+#: how the conditions' readings make the claim's verdict (:func:`verdict_of`), in the words every
+#: rule sentence that judges several conditions uses
+AGGREGATE = ("holds if every condition agrees; depends if some agree and some disagree; does not hold if none "
+             "agrees and some disagree; inconclusive if none disagrees and some are unresolved")
 
 #: the fewest paired rounds a bootstrap interval is computed from (over fewer, the resamples
 #: repeat a handful of values and the interval collapses onto the point estimate)
@@ -89,6 +100,17 @@ class Band:
             return "disagrees"
         return "unresolved"
 
+    def side(self, point: float, lo: "float | None" = None, hi: "float | None" = None) -> "str | None":
+        """``"above"`` or ``"below"`` the band for a disagreeing value and its CI, else None."""
+        lo = point if lo is None else lo
+        hi = point if hi is None else hi
+        a, b = self.edges
+        if hi < a:
+            return "below"
+        if b is not None and lo > b:
+            return "above"
+        return None
+
     def _fmt(self, v: float) -> str:
         return f"{v * 100:.4g} %" if self.unit == "%" else f"{v:.3g}x"
 
@@ -114,10 +136,8 @@ def verdict_of(readings) -> str:
         raise ValueError(f"reading {bad[0]!r}; allowed: {', '.join(READINGS)}")
     if all(r == "agrees" for r in readings):
         return "holds"
-    if all(r == "disagrees" for r in readings):
-        return "does not hold"
-    if "agrees" in readings and "disagrees" in readings:
-        return "depends"
+    if "disagrees" in readings:
+        return "depends" if "agrees" in readings else "does not hold"
     return "inconclusive"
 
 
@@ -206,8 +226,9 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS) -
     value (bytes, an estimate), ``rounds`` the paired timing rounds behind the interval (None when
     untimed). A timed condition with fewer than ``min_rounds`` rounds is unresolved whatever its
     interval says (a bootstrap over so few rounds is degenerate). Each row: ``condition``,
-    ``value``, ``ci``, ``reading``, ``rounds``, ``rounds_to_decide`` (an unresolved timed condition's
-    estimate, see :func:`rounds_to_decide`)."""
+    ``value``, ``ci``, ``reading``, ``side`` (``"above"``/``"below"`` the band when it disagrees, else
+    None), ``rounds``, ``rounds_to_decide`` (an unresolved timed condition's estimate, see
+    :func:`rounds_to_decide`)."""
     rows = []
     for name, p, lo, hi, n in items:
         if n is not None and lo is not None and n < min_rounds:
@@ -217,6 +238,7 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS) -
             more = (rounds_to_decide(p, lo, hi, band.edges, n)
                     if r == "unresolved" and n and lo is not None else None)
         rows.append({"condition": name, "value": p, "ci": None if lo is None else [lo, hi], "reading": r,
+                     "side": band.side(p, lo, hi) if r == "disagrees" else None,
                      "rounds": n, "rounds_to_decide": more})
     return verdict_of(r["reading"] for r in rows), rows
 
@@ -238,3 +260,46 @@ def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
         else:
             text += " (their intervals straddle a band edge and their point lies on it, or they are exact values on an edge)"
     return text
+
+
+def _pct0(v: float) -> str:
+    return f"{v:.0%}".replace("-0%", "0%")
+
+
+def _by_workload(rows, fmt, group: bool = True) -> str:
+    """``resnet50 (76% to 86%) and unet (53% to 68%)``: conditions grouped by their workload (the
+    name before ``@`` or a space; ``group=False``: each condition by its own name), each with its
+    value or the range of its values."""
+    groups: dict = {}
+    for r in rows:
+        name = str(r["condition"])
+        groups.setdefault(name.split("@")[0].split(" ")[0] if group else name, []).append(r["value"])
+    parts = [f"{k} ({fmt(min(v))}" + (f" to {fmt(max(v))})" if len(v) > 1 and fmt(min(v)) != fmt(max(v)) else ")")
+             for k, v in groups.items()]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def direction_text(rows, more: str, less: str, fmt=_pct0, nothing: "str | None" = None,
+                   group: bool = True) -> str:
+    """The plain conclusion of the disagreeing rows, which way first, by workload: ``"<more> for
+    resnet50 (84%) and unet (68%); <nothing> for mlp (0%)"``. ``more``, ``less`` and ``nothing``
+    are whole phrases ("no_grad saves more memory than the article says"); ``nothing`` replaces
+    ``less`` for a row whose value is 0 or less, or whose CI reaches 0 (no clear saving). Empty when no row disagrees. A summary leads with
+    it, before its numbers."""
+    above = [r for r in rows if r.get("reading") == "disagrees" and r.get("side") == "above"]
+    below = [r for r in rows if r.get("reading") == "disagrees" and r.get("side") == "below"]
+    zero = [r for r in below if nothing and r["value"] is not None
+            and (r["value"] <= 0 or (r.get("ci") is not None and r["ci"][0] <= 0))]
+    below = [r for r in below if r not in zero]
+    return "; ".join(f"{phrase} for {_by_workload(rs, fmt, group)}"
+                     for phrase, rs in ((more, above), (less, below), (nothing, zero)) if rs)
+
+
+def proxy_text(band: Band, value: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
+    """Where a measured proxy of an untestable figure lies against the article's band, in words:
+    ``"inside the article's about 28 % (22.4 % to 33.6 %)"``, ``"above ..."``, ``"below ..."`` or
+    ``"across an edge of ..."``. Shown, never deciding (nogradlab/claims/README.md, "Unsourced
+    statistics and proxies")."""
+    r = band.read(value, lo, hi)
+    where = {"agrees": "inside", "unresolved": "across an edge of"}.get(r) or band.side(value, lo, hi)
+    return f"{where} the article's {band.text()}"
