@@ -906,7 +906,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local
     machine, meta, e = ref
     rm = _entry_measurements(e, meta)
-    jr = _judge(claim, rm)
+    jr = _judge_or_needs(claim, rm)  # a broken reference column reads "needs re-measuring", never crashes
     age = column_age(meta)
     text = (f"measured on a reference machine: {rm.label} ({machine}, {age['label']}), judged by today's rule")
     stale = _stale_words(meta)
