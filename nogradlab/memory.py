@@ -441,50 +441,83 @@ class _LiveTracker(TorchDispatchMode):
 
 
 class _AllocSeen(TorchDispatchMode):
-    """Entered in another thread's work: notes that it made tensors (nothing else)."""
+    """Entered in another thread's work: notes, in each watching probe's flag, that it made tensors
+    (nothing else)."""
 
-    def __init__(self, flag: list):
+    def __init__(self, flags: list):
         super().__init__()
-        self.flag = flag
+        self.flags = flags
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
-            self.flag[0] = True
+            for flag in self.flags:
+                flag[0] = True
         return out
+
+
+# The thread watch: ``threading.Thread.run`` and the thread pool's ``_WorkItem.run`` are wrapped once,
+# by the first probe that watches, and put back exactly by the last one out, whatever order probes in
+# several threads leave in (each probe saving and restoring what it found left a dead probe's wrapper
+# behind when two overlapped). The wrapper looks up the probes watching when a thread starts its work.
+_WATCH_LOCK = threading.Lock()
+_WATCHERS: list = []
+_WATCH_SAVED: list = []  # (class, attribute, original, wrapper) while installed
+
+
+def _watched(run):
+    def run_watched(obj, *a, **k):
+        me = threading.get_ident()
+        with _WATCH_LOCK:
+            flags = [w.allocated for w in _WATCHERS if w.ident != me]
+        if not flags:
+            return run(obj, *a, **k)
+        with _AllocSeen(flags):
+            return run(obj, *a, **k)
+    run_watched.__wrapped__ = run
+    return run_watched
+
+
+def _watch_threads(watcher, on: bool) -> None:
+    import concurrent.futures.thread as cft
+
+    with _WATCH_LOCK:
+        if on:
+            if not _WATCHERS:
+                for cls in (threading.Thread, cft._WorkItem):
+                    orig = cls.__dict__["run"]
+                    wrapper = _watched(orig)
+                    _WATCH_SAVED.append((cls, "run", orig, wrapper))
+                    cls.run = wrapper
+            _WATCHERS.append(watcher)
+            return
+        if watcher in _WATCHERS:
+            _WATCHERS.remove(watcher)
+        if not _WATCHERS:
+            for cls, name, orig, wrapper in _WATCH_SAVED:
+                # put the original back unless someone wrapped ours since (theirs calls ours, which
+                # then finds no probe watching and runs the original directly)
+                if cls.__dict__.get(name) is wrapper:
+                    setattr(cls, name, orig)
+            _WATCH_SAVED.clear()
 
 
 class _OtherThreads:
     """While a CPU probe runs: a thread started then (``threading.Thread``) and work a thread pool runs
     then (``concurrent.futures``) are watched for tensors they make. The storage tracker counts the
-    measuring thread only, so such work makes the report say so. Restored on exit."""
+    measuring thread only, so such work makes the report say so. Removed on exit (by the last probe
+    watching, in any thread)."""
 
     def __init__(self):
         self.allocated = [False]
         self.ident = threading.get_ident()
 
-    def _wrap(self, run):
-        watcher = self
-
-        def run_watched(obj, *a, **k):
-            if threading.get_ident() == watcher.ident:
-                return run(obj, *a, **k)
-            with _AllocSeen(watcher.allocated):
-                return run(obj, *a, **k)
-        return run_watched
-
     def __enter__(self):
-        import concurrent.futures.thread as cft
-
-        self._saved = [(threading.Thread, "run", threading.Thread.__dict__["run"]),
-                       (cft._WorkItem, "run", cft._WorkItem.__dict__["run"])]
-        for cls, name, fn in self._saved:
-            setattr(cls, name, self._wrap(fn))
+        _watch_threads(self, True)
         return self
 
     def __exit__(self, *exc):
-        for cls, name, fn in self._saved:
-            setattr(cls, name, fn)
+        _watch_threads(self, False)
         return False
 
 
