@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import device as _device
+from . import modes as _modes
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
@@ -400,6 +401,10 @@ class _LiveTracker(TorchDispatchMode):
             self._event("resize")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.active:  # a composite seen whole (inference_mode): count what it allocates inside
+            out = _modes.run_composite(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         out = func(*args, **(kwargs or {}))
         if not self.active:
             return out
@@ -777,7 +782,6 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
     setting (``"eval+no_grad"``...; train/eval settings need ``model``). All modes are checked
     before any runs; ``on_mode(mode)`` is called before each (for progress bars)."""
-    from . import modes as _modes
 
     settings = [_modes.parse(m) for m in modes]
     if not settings:
