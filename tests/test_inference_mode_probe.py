@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nogradlab import memory, modes
+from nogradlab import memory, modes, widgets
 
 N, C = 64, 5000  # cross_entropy's log_softmax: N * C float32 values, allocated inside the composite
 LOG_SOFTMAX_BYTES = N * C * 4
@@ -114,3 +114,37 @@ def test_run_composite_leaves_operators_with_kernels_of_their_own_whole():
     nested = torch.nested.nested_tensor([torch.randn(2, 5), torch.randn(3, 5)])
     assert modes.run_composite(Spy(), torch.ops.aten.linear.default, (nested, torch.randn(3, 5))) \
         is NotImplemented
+
+
+# --- what the notebook tools show: no saving that is not there -----------------------------------
+
+def test_modes_magic_shows_the_same_memory_under_inference_mode_as_under_no_grad(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    ip = InteractiveShell.instance()
+    ip.run_line_magic("load_ext", "nogradlab")
+    t = _inputs()
+    ip.user_ns.update(F=F, x=t["x"], y=t["y"])
+    ip.run_cell_magic("modes", "no_grad inference_mode --rounds 2 --min-run-time 0.01 --warmup 0 --out res",
+                      "F.cross_entropy(x, y)")
+    capsys.readouterr()
+    res = ip.user_ns["res"]
+    peaks = {m: r.peak_bytes for m, r in res.memory.items()}
+    assert peaks["inference_mode"] == peaks["no_grad"] >= LOG_SOFTMAX_BYTES
+    rows = res.frame().set_index("mode")
+    assert rows.loc["inference_mode", "peak_bytes"] == rows.loc["no_grad", "peak_bytes"]
+
+
+def test_widgets_measure_modes_shows_the_same_memory_under_inference_mode():
+    t = _inputs()
+    res = widgets.measure_modes(lambda: F.cross_entropy(t["x"], t["y"]), time=False)
+    peaks = {m: r.peak_bytes for m, r in res.memory.items()}
+    assert peaks["inference_mode"] == peaks["no_grad"] == peaks["grad"] >= LOG_SOFTMAX_BYTES
+
+
+def test_budget_explorer_shows_no_larger_batch_under_inference_mode():
+    """The MLP's linear layers under inference_mode reached the CUDA kernel model whole, without the
+    cuBLAS workspace its addmm gets: 9362 against no_grad's 334 under 0.05 GiB (tiny scale)."""
+    res = widgets.budget_explorer("mlp", "tiny", "cuda", 0.05, interactive=False,
+                                  modes=("eval+no_grad", "inference_mode"))
+    assert res.batches["inference_mode"] == res.batches["eval+no_grad"] > 0
