@@ -33,6 +33,10 @@ libraries allocate memory of their own. This module models, for ``memory.estimat
   CUDA autocast's thread state directly, so the casts (and the cached half-precision weights) are
   traced.
 
+Under ``torch.inference_mode`` composite operators (``aten.linear``, ``aten.conv2d``) reach the model
+whole; it runs their parts (``nogradlab.modes.run_composite``), so that the ``addmm`` and
+``convolution`` inside get their workspaces as under ``no_grad`` (the GPU runs the same kernels).
+
 What is not modelled: other GPUs' libraries (the table is the H200's; on another GPU the sizes
 differ), ``cudnn.benchmark`` (which picks plans by timing them), half-precision convolutions'
 workspaces (not measured), CUDA graphs, several streams.

@@ -15,6 +15,9 @@ How it measures:
   operator returns; each new storage is counted when it appears and uncounted when its
   ``UntypedStorage`` dies (a weakref callback), the approach of PyTorch's own
   ``torch.distributed._tools.mem_tracker``. Works on any device, and under ``FakeTensorMode``.
+  Under ``torch.inference_mode`` a composite operator (``aten.linear``, ``aten.cross_entropy_loss``)
+  reaches the mode whole, as autograd is not there to split it: the tracker runs its parts itself
+  (``nogradlab.modes.run_composite``), so that what it allocates inside counts as under ``no_grad``.
 * ``method="allocator"`` (the default on CUDA): the caching allocator's own statistics
   (``memory_allocated`` / ``max_memory_allocated``). Nested probes are safe: before a probe resets
   the peak counter, every enclosing probe folds the peak seen so far into its own record.
