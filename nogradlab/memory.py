@@ -785,7 +785,6 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
     setting (``"eval+no_grad"``...; train/eval settings need ``model``). All modes are checked
     before any runs; ``on_mode(mode)`` is called before each (for progress bars)."""
-
     settings = [_modes.parse(m) for m in modes]
     if not settings:
         raise ValueError(f"name at least one mode; allowed: {', '.join(_modes.names())}")
