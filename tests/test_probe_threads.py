@@ -14,6 +14,10 @@ from nogradlab import memory
 # the probes' own warnings about other threads' tensors are checked through their notes
 pytestmark = pytest.mark.filterwarnings("ignore:memory.measure. another thread")
 
+# upper bounds only (a passing run never waits them out); generous, as the first probe of a process
+# imports parts of torch, which takes seconds on a loaded 2-core machine
+WAIT = 120
+
 ORIGINAL = (threading.Thread.__dict__["run"], cft._WorkItem.__dict__["run"])
 
 
@@ -25,7 +29,7 @@ def _modes_in_a_new_thread():
     seen = []
     t = threading.Thread(target=lambda: seen.append(list(_get_current_dispatch_mode_stack())))
     t.start()
-    t.join(10)
+    t.join(WAIT)
     return seen[0]
 
 
@@ -38,16 +42,16 @@ def _overlap(first_out: str):
 
     def body(me):
         (a_in if me == "A" else b_in).set()
-        assert a_in.wait(10) and b_in.wait(10), "the probes did not overlap"
+        assert a_in.wait(WAIT) and b_in.wait(WAIT), "the probes did not overlap"
         if me == second:
-            assert first_done.wait(10)
+            assert first_done.wait(WAIT)
         return torch.ones(1000)
 
     def worker(me):
         try:
-            running.wait(10)
+            running.wait(WAIT)
             if me == "B":
-                assert a_in.wait(10)  # A's probe is in before B's
+                assert a_in.wait(WAIT)  # A's probe is in before B's
             reports[me] = memory.measure(lambda: body(me), "cpu")
         except BaseException as e:  # noqa: BLE001 - reported by the test thread
             errors.append(e)
@@ -59,7 +63,7 @@ def _overlap(first_out: str):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(2 * WAIT)
     assert not errors, errors
     return reports
 
@@ -83,22 +87,22 @@ def test_a_probe_keeps_watching_after_an_overlapping_probe_left():
 
     def a_body():
         a_in.set()
-        assert b_in.wait(10)
+        assert b_in.wait(WAIT)
         return None
 
     def b_body():
         b_in.set()
-        assert a_out.wait(10)
+        assert a_out.wait(WAIT)
         t = threading.Thread(target=lambda: torch.ones(10 ** 5).sum())
         t.start()
-        t.join(10)
+        t.join(WAIT)
         return None
 
     def worker(name, body):
         try:
-            running.wait(10)
+            running.wait(WAIT)
             if name == "B":
-                assert a_in.wait(10)
+                assert a_in.wait(WAIT)
             with warnings.catch_warnings(record=True):
                 warnings.simplefilter("always")
                 reports[name] = memory.measure(body, "cpu")
@@ -112,7 +116,7 @@ def test_a_probe_keeps_watching_after_an_overlapping_probe_left():
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(2 * WAIT)
     assert not errors, errors
     assert any("another thread made tensors" in n for n in reports["B"].notes)
     assert reports["A"].notes == []
