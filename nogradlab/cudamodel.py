@@ -33,6 +33,10 @@ libraries allocate memory of their own. This module models, for ``memory.estimat
   CUDA autocast's thread state directly, so the casts (and the cached half-precision weights) are
   traced.
 
+Under ``torch.inference_mode`` composite operators (``aten.linear``, ``aten.conv2d``) reach the model
+whole; it runs their parts (``nogradlab.modes.run_composite``), so that the ``addmm`` and
+``convolution`` inside get their workspaces as under ``no_grad`` (the GPU runs the same kernels).
+
 What is not modelled: other GPUs' libraries (the table is the H200's; on another GPU the sizes
 differ), ``cudnn.benchmark`` (which picks plans by timing them), half-precision convolutions'
 workspaces (not measured), CUDA graphs, several streams.
@@ -53,6 +57,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+from . import modes as _modes
 
 __all__ = ["Profile", "profile", "kernel_model", "virtual_autocast", "AllocationRecorder",
            "op_signature", "op_workspace", "NotModelled", "REFERENCE"]
@@ -425,6 +431,12 @@ class _KernelModel(TorchDispatchMode):
             st.log.add("fast_path")
             self._blas("_addmm_activation")  # its projections run cuBLAS(Lt) below this mode
             return _encoder_layer_fwd(*args, **kwargs)
+        # a composite seen whole (inference_mode skips the autograd keys that decompose it above this
+        # mode): run its parts through this mode, so that its matrix products and convolutions get
+        # their workspaces as under no_grad, and every mode below sees what they allocate
+        out = _modes.run_composite(self, func, args, kwargs)
+        if out is not NotImplemented:
+            return out
         if name in _BLAS:
             self._blas(name)
         out = func(*args, **kwargs)
@@ -679,6 +691,10 @@ class AllocationRecorder(TorchDispatchMode):
         self.events.append(("mark", name))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.active:  # a composite seen whole (inference_mode): record what it allocates inside
+            out = _modes.run_composite(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         out = func(*args, **(kwargs or {}))
         if not self.active:
             return out

@@ -15,6 +15,9 @@ How it measures:
   operator returns; each new storage is counted when it appears and uncounted when its
   ``UntypedStorage`` dies (a weakref callback), the approach of PyTorch's own
   ``torch.distributed._tools.mem_tracker``. Works on any device, and under ``FakeTensorMode``.
+  Under ``torch.inference_mode`` a composite operator (``aten.linear``, ``aten.cross_entropy_loss``)
+  reaches the mode whole, as autograd is not there to split it: the tracker runs its parts itself
+  (``nogradlab.modes.run_composite``), so that what it allocates inside counts as under ``no_grad``.
 * ``method="allocator"`` (the default on CUDA): the caching allocator's own statistics
   (``memory_allocated`` / ``max_memory_allocated``). Nested probes are safe: before a probe resets
   the peak counter, every enclosing probe folds the peak seen so far into its own record.
@@ -43,6 +46,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from . import device as _device
+from . import modes as _modes
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "estimate", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
@@ -400,6 +404,10 @@ class _LiveTracker(TorchDispatchMode):
             self._event("resize")
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.active:  # a composite seen whole (inference_mode): count what it allocates inside
+            out = _modes.run_composite(self, func, args, kwargs)
+            if out is not NotImplemented:
+                return out
         out = func(*args, **(kwargs or {}))
         if not self.active:
             return out
@@ -441,50 +449,83 @@ class _LiveTracker(TorchDispatchMode):
 
 
 class _AllocSeen(TorchDispatchMode):
-    """Entered in another thread's work: notes that it made tensors (nothing else)."""
+    """Entered in another thread's work: notes, in each watching probe's flag, that it made tensors
+    (nothing else)."""
 
-    def __init__(self, flag: list):
+    def __init__(self, flags: list):
         super().__init__()
-        self.flag = flag
+        self.flags = flags
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if any(isinstance(t, torch.Tensor) for t in tree_flatten(out)[0]):
-            self.flag[0] = True
+            for flag in self.flags:
+                flag[0] = True
         return out
+
+
+# The thread watch: ``threading.Thread.run`` and the thread pool's ``_WorkItem.run`` are wrapped once,
+# by the first probe that watches, and put back exactly by the last one out, whatever order probes in
+# several threads leave in (each probe saving and restoring what it found left a dead probe's wrapper
+# behind when two overlapped). The wrapper looks up the probes watching when a thread starts its work.
+_WATCH_LOCK = threading.Lock()
+_WATCHERS: list = []
+_WATCH_SAVED: list = []  # (class, attribute, original, wrapper) while installed
+
+
+def _watched(run):
+    def run_watched(obj, *a, **k):
+        me = threading.get_ident()
+        with _WATCH_LOCK:
+            flags = [w.allocated for w in _WATCHERS if w.ident != me]
+        if not flags:
+            return run(obj, *a, **k)
+        with _AllocSeen(flags):
+            return run(obj, *a, **k)
+    run_watched.__wrapped__ = run
+    return run_watched
+
+
+def _watch_threads(watcher, on: bool) -> None:
+    import concurrent.futures.thread as cft
+
+    with _WATCH_LOCK:
+        if on:
+            if not _WATCHERS:
+                for cls in (threading.Thread, cft._WorkItem):
+                    orig = cls.__dict__["run"]
+                    wrapper = _watched(orig)
+                    _WATCH_SAVED.append((cls, "run", orig, wrapper))
+                    cls.run = wrapper
+            _WATCHERS.append(watcher)
+            return
+        if watcher in _WATCHERS:
+            _WATCHERS.remove(watcher)
+        if not _WATCHERS:
+            for cls, name, orig, wrapper in _WATCH_SAVED:
+                # put the original back unless someone wrapped ours since (theirs calls ours, which
+                # then finds no probe watching and runs the original directly)
+                if cls.__dict__.get(name) is wrapper:
+                    setattr(cls, name, orig)
+            _WATCH_SAVED.clear()
 
 
 class _OtherThreads:
     """While a CPU probe runs: a thread started then (``threading.Thread``) and work a thread pool runs
     then (``concurrent.futures``) are watched for tensors they make. The storage tracker counts the
-    measuring thread only, so such work makes the report say so. Restored on exit."""
+    measuring thread only, so such work makes the report say so. Removed on exit (by the last probe
+    watching, in any thread)."""
 
     def __init__(self):
         self.allocated = [False]
         self.ident = threading.get_ident()
 
-    def _wrap(self, run):
-        watcher = self
-
-        def run_watched(obj, *a, **k):
-            if threading.get_ident() == watcher.ident:
-                return run(obj, *a, **k)
-            with _AllocSeen(watcher.allocated):
-                return run(obj, *a, **k)
-        return run_watched
-
     def __enter__(self):
-        import concurrent.futures.thread as cft
-
-        self._saved = [(threading.Thread, "run", threading.Thread.__dict__["run"]),
-                       (cft._WorkItem, "run", cft._WorkItem.__dict__["run"])]
-        for cls, name, fn in self._saved:
-            setattr(cls, name, self._wrap(fn))
+        _watch_threads(self, True)
         return self
 
     def __exit__(self, *exc):
-        for cls, name, fn in self._saved:
-            setattr(cls, name, fn)
+        _watch_threads(self, False)
         return False
 
 
@@ -744,8 +785,6 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
     setting (``"eval+no_grad"``...; train/eval settings need ``model``). All modes are checked
     before any runs; ``on_mode(mode)`` is called before each (for progress bars)."""
-    from . import modes as _modes
-
     settings = [_modes.parse(m) for m in modes]
     if not settings:
         raise ValueError(f"name at least one mode; allowed: {', '.join(_modes.names())}")

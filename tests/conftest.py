@@ -34,7 +34,8 @@ INTEGRATION_FILES = {"test_claims_numbers.py", "test_claims_semantics.py", "test
 INTEGRATION_TESTS = {
     "test_own_model.py": {"test_cpu_estimate_equals_measure_to_the_byte",
                           "test_built_in_workloads_get_exactly_what_they_got_before"},
-    "test_cudamodel.py": {"test_largest_batch_brackets_the_h200_searches"},
+    "test_cudamodel.py": {"test_largest_batch_brackets_the_h200_searches",
+                          "test_largest_batch_under_inference_mode_is_no_grads"},
     "test_probe_honesty.py": {"test_first_probe_in_a_process_leaves_the_rng_alone"},
     "test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
     "test_workloads.py": {"test_tiny_forward_backward"},

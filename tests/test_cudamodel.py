@@ -200,3 +200,29 @@ def test_fast_path_not_modelled_falls_back_to_the_standard_path():
     r = memory.estimate(odd, 2, "cuda", "eval+no_grad")
     assert any("not modelled" in n for n in r.notes) and memory.FUSED_PATH_NOTE in r.notes
     assert r.reserved_bytes is not None
+
+
+@pytest.mark.parametrize("workload", ["resnet50", "unet", "transformer_base", "mlp"])
+def test_inference_mode_is_traced_as_no_grad_on_the_virtual_cuda_device(workload):
+    """inference_mode skips the autograd keys that split linear and conv2d into addmm and
+    convolution; the kernel model keys the cuBLAS and cuDNN workspaces on those, so the estimate
+    under inference_mode lost them (ResNet-50's largest batch under 12 GiB read 948 against no_grad's
+    905). The GPU runs the same kernels in both modes: the same allocations, workspaces and notes."""
+    ng = memory.estimate(workload, 4, "cuda", "eval+no_grad", scale="tiny")
+    im = memory.estimate(workload, 4, "cuda", "eval+inference_mode", scale="tiny")
+    assert im.events == ng.events
+    assert (im.peak_bytes, im.allocated_bytes, im.reserved_bytes) == (ng.peak_bytes, ng.allocated_bytes,
+                                                                     ng.reserved_bytes)
+    assert im.notes == ng.notes
+
+
+def test_largest_batch_under_inference_mode_is_no_grads():
+    """Full scale, 12 GiB, native allocator. ResNet-50 under eval+no_grad: 905, the H200's search in a
+    fresh process (pinned by test_largest_batch_matches_the_resnet50_search_exactly); U-Net's
+    eval+no_grad estimate is computed here. While the workspaces were missed, inference_mode read 948
+    and 218 against no_grad's 905 and 196: a saving that is not there (the same kernels run in both)."""
+    budget = 12 * 2 ** 30
+    unet = batch.largest_batch("unet", "eval+no_grad", budget, "cuda", method="estimate", hint=196).batch
+    for workload, no_grad in (("resnet50", 905), ("unet", unet)):
+        r = batch.largest_batch(workload, "inference_mode", budget, "cuda", method="estimate", hint=no_grad)
+        assert r.batch == no_grad, workload
