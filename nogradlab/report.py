@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 
 from . import __version__
@@ -321,6 +322,23 @@ def _short(doc: dict) -> str:
     return f"{m['device'].get('name', m['device'].get('device'))} · {m['scale']}"
 
 
+# Unicode's bidirectional controls: text from a stored column must not reorder what a terminal shows
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def plain_text(text) -> str:
+    """``text`` safe to print on a terminal: control characters (ESC, BEL, CR, C1 controls such as
+    CSI) and bidirectional controls are shown as visible escapes (``\\x1b``) instead of being obeyed,
+    so a stored column can neither clear the screen nor retitle the window nor reorder a line."""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) == "Cc" or ch in _BIDI:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
     """The verdict table as text: id, verdict (this run), one verdict column per reference, the
     article's figure and the measured summary cut to the terminal width."""
@@ -341,29 +359,31 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     room = max(20, width - fixed)
     lines = ["  ".join(h[:w].ljust(w) for h, w in zip(heads, widths)) + "  article".ljust(16) + "measured"]
     for c in doc["claims"]:
-        cells = [c["id"].ljust(3), paint(verdict_word(c["verdict"]), vw)]
+        cells = [plain_text(c["id"]).ljust(3), paint(verdict_word(c["verdict"]), vw)]
         for m in ref_maps:
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
-        fig = (c["figure"] or "-")
+        fig = plain_text(c["figure"] or "-")
         fig = fig if len(fig) <= 12 else fig[:11] + "…"
-        summ = " ".join(c["summary"].split())
+        summ = plain_text(" ".join(str(c["summary"]).split()))
         summ = summ if len(summ) <= room else summ[:room - 1] + "…"
         lines.append("  ".join(cells) + "  " + fig.ljust(14) + summ)
     counts = ", ".join(f"{n} {w}" for w, n in sorted(doc["meta"]["counts"].items()))
-    lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
-                 f"{counts}")
+    lines.append(plain_text(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, "
+                            f"scale {doc['meta']['scale']}: {counts}"))
     for i, (name, r) in enumerate(refs, 1):
         n_old = sum(1 for rc in r["claims"] if rc.get("verdict") == "needs re-measuring")
         commit = r["meta"].get("nogradlab_commit")
-        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
-                     f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else "")
-                     + "; judged by today's rules"
-                     + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else ""))
+        lines.append(plain_text(
+            f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
+            f"{str(r['meta'].get('generated', ''))[:10]}" + (f", nogradlab {commit}" if commit else "")
+            + "; judged by today's rules"
+            + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else "")))
     for g in by_release(doc, refs):
         releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
         changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]) or "none"
-        lines.append(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): changed: {changed}")
+        lines.append(plain_text(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): "
+                                f"changed: {changed}"))
     return "\n".join(lines)
 
 
@@ -530,10 +550,24 @@ def _column_labels_css(table_id: str, labels) -> str:
     hidden there)."""
     out = []
     for i, label in enumerate(labels, start=1):
-        text = str(label).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-        text = text.replace("<", "\\3c ").replace(">", "\\3e ")
-        out.append(f'#{table_id} td:nth-child({i})::before{{content:"{text}"}}')
+        out.append(f'#{table_id} td:nth-child({i})::before{{content:"{css_string(label)}"}}')
     return f"@media (max-width:{NARROW_PX}px){{{''.join(out)}}}"
+
+
+def css_string(text) -> str:
+    """``text`` as the inside of a double-quoted CSS string that cannot end early: letters, digits,
+    spaces and ``-_.,`` stay as they are, every other character becomes a CSS hex escape (``\\28 ``
+    for "("), and control characters (among them \\r and \\f, which end a CSS string) become
+    spaces. Nothing from a stored column can then close the string, the rule or the <style>."""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) in ("Cc", "Cs", "Co", "Cn") or ch in _BIDI:
+            out.append(" ")
+        elif ch.isalnum() or ch in " -_.,":
+            out.append(ch)
+        else:
+            out.append(f"\\{ord(ch):x} ")
+    return "".join(out)
 
 
 def _figure_html(title: str, uri: str, caption: str) -> str:
@@ -551,7 +585,11 @@ def _badge(word: str) -> str:
 
 
 def _e(x) -> str:
-    return html.escape("" if x is None else str(x))
+    """HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)."""
+    text = "" if x is None else str(x)
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
+        text = "\n".join(plain_text(line).replace("\\x09", "\t") for line in text.split("\n"))
+    return html.escape(text)
 
 
 def by_release(doc: dict, refs=()) -> list:

@@ -96,3 +96,36 @@ def test_report_on_a_390px_phone(tmp_path, monkeypatch):
             assert page.locator("#verdict-table thead").is_visible()
         finally:
             browser.close()
+
+
+def test_a_hostile_reference_name_neither_restyles_the_phone_page_nor_fetches_anything(tmp_path):
+    """A schema-valid reference whose device name holds a carriage return and CSS: on a phone the page
+    keeps its white background and asks for nothing beyond the file itself (it is promised offline)."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    from test_report import hostile_reference
+
+    refs = report.load_references(hostile_reference(tmp_path))
+    path = report.write_html(fake_doc(), tmp_path / "out", refs=refs)
+    asked = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            ctx = browser.new_context(viewport=PHONE, device_scale_factor=1)
+
+            def route(r):
+                if not r.request.url.startswith(("file:", "data:")):
+                    asked.append(r.request.url)
+                    return r.abort()
+                return r.continue_()
+            ctx.route("**/*", route)
+            page = ctx.new_page()
+            page.goto(path.resolve().as_uri())
+            page.wait_for_load_state("load")
+            assert page.evaluate("getComputedStyle(document.body).backgroundImage") == "none"
+            assert page.evaluate("getComputedStyle(document.body).color") != "rgb(255, 0, 0)"
+        finally:
+            browser.close()
+    assert asked == []
