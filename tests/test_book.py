@@ -69,6 +69,85 @@ def test_book_refuses_a_folder_it_did_not_make_and_a_run_that_is_not_there(tmp_p
     assert p.returncode != 0 and "make run" in p.stderr
 
 
+def _book(run, out, timeout=300):
+    return subprocess.run([sys.executable, "scripts/book.py", "--run", str(run), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_rebuild_keeps_what_the_book_did_not_make(tmp_path):
+    """A .git, a CNAME and notes put into the built site (say, to publish it) survive the next build;
+    what the earlier build made is replaced."""
+    run = synthetic_run(tmp_path)
+    out = tmp_path / "book"
+    p = _book(run, out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    html = out / "html"
+    (html / ".git").mkdir()
+    (html / ".git" / "HEAD").write_text("ref: refs/heads/gh-pages\n")
+    (html / "CNAME").write_text("book.example.org\n")
+    (out / "notes.txt").write_text("mine")
+    made = html / "notebooks" / "00_index.html"
+    made.write_text("stale")  # made by the earlier build: replaced
+    p = _book(run, out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (html / ".git" / "HEAD").read_text() == "ref: refs/heads/gh-pages\n"
+    assert (html / "CNAME").read_text() == "book.example.org\n"
+    assert (out / "notes.txt").read_text() == "mine"
+    assert made.read_text() != "stale" and (html / "index.html").is_file()
+
+
+def test_a_book_folder_marked_by_an_older_build_is_refused_not_emptied(tmp_path):
+    """A marker that does not list what its build made: nothing is deleted, and the message says what to do."""
+    run = synthetic_run(tmp_path)
+    out = tmp_path / "book"
+    (out / "html").mkdir(parents=True)
+    (out / ".nogradlab-book").write_text("made by scripts/book.py; replaced by the next build\n")
+    (out / "html" / "CNAME").write_text("x")
+    p = _book(run, out)
+    assert p.returncode != 0 and "--out" in p.stderr
+    assert (out / "html" / "CNAME").read_text() == "x"
+
+
+def test_an_interrupted_build_leaves_the_earlier_book_whole_and_the_next_build_cleans_up(tmp_path, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("book_script", ROOT / "scripts" / "book.py")
+    book = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(book)
+    run = synthetic_run(tmp_path)
+    out = tmp_path / "book"
+    (out / "html").mkdir(parents=True)
+    (out / "html" / "CNAME").write_text("x")
+    with pytest.raises(SystemExit, match="not made by scripts/book.py"):
+        book.build(run, out)
+    (out / "html" / "CNAME").unlink()
+    real = book._sphinx
+
+    def fake_sphinx(args):  # a quick stand-in for Sphinx: one page
+        Path(args[-1]).mkdir(parents=True)
+        (Path(args[-1]) / "index.html").write_text("first")
+        return 0
+    monkeypatch.setattr(book, "_sphinx", fake_sphinx)
+    book.build(run, out)  # an empty folder is taken
+    (out / "html" / "CNAME").write_text("x")
+    before = {f: (out / f).read_bytes() for f in book._files(out)}
+
+    def dies(args):
+        Path(args[-1]).mkdir(parents=True)
+        (Path(args[-1]) / "index.html").write_text("half")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(book, "_sphinx", dies)
+    with pytest.raises(KeyboardInterrupt):
+        book.build(run, out)
+    assert {f: (out / f).read_bytes() for f in book._files(out)} == before
+    (out / ".book-build-left").mkdir()  # as a SIGKILL would leave it
+    (out / ".book-build-left" / ".nogradlab-book").write_text("in progress")
+    monkeypatch.setattr(book, "_sphinx", real)
+    book.build(run, out)
+    assert not (out / ".book-build-left").exists() and (out / "html" / "CNAME").read_text() == "x"
+    assert "first" != (out / "html" / "index.html").read_text()
+
+
 def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
