@@ -172,12 +172,19 @@ def test_report_in_headless_chromium(tmp_path):
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             page.goto(path.resolve().as_uri())
             for cid in claims.ids():
-                row = page.locator(f"#verdict-table tr[data-claim='{cid}']")
+                row = page.locator(f"#verdict-table [data-claim='{cid}']")
                 assert row.count() == 1 and row.is_visible(), cid
-            assert page.locator("tr[data-claim='C10']").get_attribute("data-verdict") == "not run"
-            assert page.locator("tr[data-claim='C10'] .v").first.inner_text() == "not run"
-            header = page.locator("#verdict-table thead").inner_text()
-            assert "Fake GPU H999" in header and ref["meta"]["machine"] in header
+            assert page.locator("[data-claim='C10']").get_attribute("data-verdict") == "not run"
+            assert page.locator("[data-claim='C10'] .v").first.inner_text() == "not run"
+            header = page.locator("#verdict-table .head").inner_text()
+            assert "Fake GPU H999" in header
+            assert ref["meta"]["machine"] in page.locator("#columns-table").inner_text()
+            # a claim's measured figures, rule and each column's reading open on click, on the same page
+            row = page.locator("#verdict-table [data-claim='C01']")
+            assert not row.locator(".rule").is_visible()
+            row.locator("summary.row").click()
+            assert row.locator(".rule").is_visible() and "fake summary 0 <b>" in row.locator(".more").inner_text()
+            assert "Fake GPU H999" in row.locator(".refline").first.inner_text()
             imgs = page.locator("img")
             assert imgs.count() >= 2  # the verdict overview and C14's grid (nogradlab.plots)
             assert page.locator("img[alt^='C14']").count() == 1
