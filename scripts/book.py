@@ -32,20 +32,68 @@ STAGE = ".book-build-"  # a build in progress, inside the output folder
 # [![alt](image on another site)](link) -> [alt](link)
 _BADGE = re.compile(r"\[!\[([^\]]*)\]\((?:https?:)?//[^)]*\)\]\(([^)]*)\)")
 _REMOTE_IMAGE = re.compile(r"!\[([^\]]*)\]\((?:https?:)?//[^)]*\)")
+# [text](NN_name.ipynb#anchor)
+_ANCHOR_LINK = re.compile(r"\[([^\]]+)\]\((?:\./)?(\d\d_[\w-]+)\.ipynb#([\w-]+)\)")
 
 
 def _local_markdown(text: str) -> str:
-    """Badges become plain links; any other image from another site becomes its alt text."""
-    return _REMOTE_IMAGE.sub(r"\1", _BADGE.sub(r"[\1](\2)", text))
+    """Badges become plain links; any other image from another site becomes its alt text; a link to
+    an anchor in a sibling notebook (``00_index.ipynb#scale-tiny``, an ``<a id>`` of that notebook,
+    which Sphinx cannot check) becomes an HTML link to that anchor on the sibling's page."""
+    text = _REMOTE_IMAGE.sub(r"\1", _BADGE.sub(r"[\1](\2)", text))
+    return _ANCHOR_LINK.sub(r'<a href="\2.html#\3">\1</a>', text)
+
+
+# plumbing: the setup cell (install/import nogradlab), papermill's parameters and the cell it injects
+_PLUMBING_TAGS = {"parameters", "injected-parameters"}
+
+
+def plumbing(cell: dict) -> bool:
+    """A cell that sets a notebook up rather than teaches: the setup cell, the parameters, papermill's
+    injected parameters."""
+    if cell.get("cell_type") != "code":
+        return False
+    tags = set(cell.get("metadata", {}).get("tags") or ())
+    text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    return bool(tags & _PLUMBING_TAGS) or text.lstrip().startswith("# Setup:")
+
+
+NAV = ('<p class="book-nav"><a href="../index.html">\u2190 The report</a> \u00b7 '
+       '<a href="../contents.html">All lessons</a></p>')
 
 
 def _notebook(src: Path, dst: Path) -> None:
+    """A run's executed notebook as the book shows it: plumbing cells removed (Jupyter Book's
+    ``remove-cell`` tag, which myst-nb honours), so that a lesson opens on its goals; a line back to
+    the report and the contents under its title and at its end; links made local."""
     nb = json.loads(src.read_text())
+    first_title = True
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            cell["source"] = _local_markdown(text)
+            text = _local_markdown(text)
+            if first_title and text.startswith("# "):
+                title, _, rest = text.partition("\n")
+                text = f"{title}\n\n{NAV}\n\n{rest}"
+                first_title = False
+            cell["source"] = text
+        elif plumbing(cell):
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "remove-cell" not in tags:
+                tags.append("remove-cell")
+    nb.setdefault("cells", []).append({"cell_type": "markdown", "id": "book-nav-back", "metadata": {}, "source": NAV})
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
+FRONT_NAV = ("<nav class='book-nav' style='margin:8px 0;font-size:15px'><b>This book:</b> "
+             "<a href='contents.html'>the lessons, in order (contents)</a></nav>")
+
+
+def front_page(report_html: str) -> str:
+    """The run's report as the book's front page: a link to the contents under its title."""
+    if "</h1>" in report_html:
+        return report_html.replace("</h1>", "</h1>" + FRONT_NAV, 1)
+    return report_html.replace("<body>", "<body>" + FRONT_NAV, 1)
 
 
 def _run_files(run: Path):
@@ -69,7 +117,7 @@ def assemble(run: Path, src: Path) -> Path:
     for p in notebooks:
         _notebook(p, src / "notebooks" / p.name)
         shutil.copy2(p, src / "_extra" / "notebooks" / p.name)  # the report links the .ipynb too
-    shutil.copy2(report, src / "_extra" / "index.html")
+    (src / "_extra" / "index.html").write_text(front_page(report.read_text()))
     return src
 
 

@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,9 @@ import pytest
 
 from nogradlab import report
 from test_report import CHROMIUM, CHROMIUM_ARGS, fake_doc
+
+FRONT_NAV = ("<nav class='book-nav' style='margin:8px 0;font-size:15px'><b>This book:</b> "
+             "<a href='contents.html'>the lessons, in order (contents)</a></nav>")
 
 ROOT = Path(__file__).resolve().parents[1]
 PHONE = {"width": 390, "height": 844}
@@ -42,7 +46,9 @@ def synthetic_run(tmp_path: Path) -> Path:
     (run / "notebooks").mkdir(parents=True)
     for name in ("00_index", "06_decorators_contexts_and_autocast"):
         nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-        code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        code = next(c for c in nb["cells"] if c["cell_type"] == "code"  # a teaching cell, not the setup
+                    and not "".join(c["source"]).startswith("# Setup:")
+                    and "parameters" not in c.get("metadata", {}).get("tags", []))
         code["outputs"] = [
             {"output_type": "stream", "name": "stdout", "text": ["a long printed line " * 12 + "\n"]},
             {"output_type": "display_data", "metadata": {},
@@ -148,6 +154,39 @@ def test_an_interrupted_build_leaves_the_earlier_book_whole_and_the_next_build_c
     assert "first" != (out / "html" / "index.html").read_text()
 
 
+def test_the_book_of_every_lesson_builds_without_warnings_opens_on_goals_and_has_a_footer(tmp_path):
+    """All the lessons (as stored, without outputs): Sphinx prints no warning (links to a sibling's
+    anchors included), the plumbing cells (setup, parameters, papermill's injected cell) are not shown,
+    so a lesson opens on its goals, and the footer names who holds the copyright."""
+    run = tmp_path / "run"
+    (run / "notebooks").mkdir(parents=True)
+    stems = []
+    for src in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(src.read_text())
+        for i, cell in enumerate(nb["cells"]):  # what papermill adds after the parameters cell
+            if "parameters" in cell.get("metadata", {}).get("tags", []):
+                nb["cells"].insert(i + 1, {"cell_type": "code", "id": "injected", "execution_count": None,
+                                           "metadata": {"tags": ["injected-parameters"]}, "outputs": [],
+                                           "source": "# Parameters\ndevice = 'cpu'\n"})
+                break
+        (run / "notebooks" / src.name).write_text(json.dumps(nb))
+        stems.append(src.stem)
+    report.write_html(fake_doc(), run)
+    p = _book(run, tmp_path / "book", timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "WARNING" not in p.stderr and "WARNING" not in p.stdout, p.stderr[-3000:]
+    html = tmp_path / "book" / "html"
+    for s in stems:
+        page = (html / "notebooks" / f"{s}.html").read_text()
+        assert "# Setup:" not in page and "# Parameters" not in page, s
+        assert "papermill and `make run`" not in page and 'scale = "auto"' not in page.replace("&quot;", '"'), s
+        if s != "00_index":
+            body = page.split("</h1>", 1)[1]
+            assert body.find("Learning goals") < body.find('class="cell'), s  # opens on its goals
+    footer = (html / "contents.html").read_text()
+    assert re.search(r"Copyright &#169; 2026, the nogradlab authors", footer)
+
+
 def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
@@ -160,7 +199,8 @@ def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     html = out / "html"
     stems = sorted(q.stem for q in (run / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert (html / "index.html").read_text() == (run / "report.html").read_text()
+    front = (html / "index.html").read_text()
+    assert front.replace(FRONT_NAV, "") == (run / "report.html").read_text()  # the report, and a way in
     assert all((html / "notebooks" / f"{s}.html").is_file() for s in stems)
     pages = sorted(html.rglob("*.html"))
     # no badge or other image from another site made it into a page
@@ -194,6 +234,18 @@ def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
                 link.evaluate("a => a.click()")  # it may sit in a closed <details>
             assert page.url.endswith("notebooks/06_decorators_contexts_and_autocast.html")
             assert "autocast" in page.locator("h1").first.inner_text().lower()
+            # the front page links the contents, and every lesson page links back to the front page
+            page.goto((html / "index.html").resolve().as_uri())
+            with page.expect_navigation():
+                page.locator("a[href='contents.html']").first.click()
+            assert page.url.endswith("contents.html")
+            for s in stems:
+                page.goto((html / "notebooks" / f"{s}.html").resolve().as_uri())
+                back = page.locator("article a[href='../index.html']")
+                assert back.count() >= 1 and back.first.is_visible(), s
+            with page.expect_navigation():
+                back.first.click()
+            assert page.url.endswith("/index.html") and page.locator("#verdict-table").count() == 1
             # the contents lists every notebook, and leads back to the report
             page.goto((html / "contents.html").resolve().as_uri())
             hrefs = page.eval_on_selector_all("a", "els => els.map(e => e.getAttribute('href'))")
