@@ -2,7 +2,7 @@
 with the run's report as its front page. ``make book`` calls it after ``make run``; offline: Sphinx,
 myst-nb and the Furo theme come from the `dev` extra and fetch nothing.
 
-    python scripts/book.py --run build --out book/_build     # writes book/_build/html/index.html
+    python scripts/book.py --run nogradlab-run --out book/_build     # writes book/_build/html/index.html
 
 The run folder must hold ``report.html`` and ``notebooks/NN_*.ipynb`` (what ``python -m nogradlab run``
 writes). The sources are assembled in ``<out>/src`` (conf.py and contents.md from book/, the executed
@@ -205,7 +205,8 @@ def _outdir_write(path: Path, text: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", type=Path, default=ROOT / "build", help="a run's output folder (default: build)")
+    ap.add_argument("--run", type=Path, default=ROOT / "nogradlab-run",
+                    help="a run's output folder (default: nogradlab-run)")
     ap.add_argument("--out", type=Path, default=BOOK / "_build", help="where the book goes (default: book/_build)")
     a = ap.parse_args(argv)
     html = build(a.run, a.out)
