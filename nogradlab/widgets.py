@@ -17,6 +17,7 @@ Nothing is measured here: memory comes from :func:`nogradlab.memory.measure` (th
 from __future__ import annotations
 
 import base64
+import collections
 import html
 import io
 import os
@@ -317,6 +318,9 @@ class ModesResult(_Shown):
         return fig
 
 
+_PNGS: "collections.OrderedDict" = collections.OrderedDict()  # BudgetResult charts already drawn
+
+
 @dataclass
 class BudgetResult(_Shown):
     """Largest batch per mode that fits ``budget_bytes`` on ``device`` (from
@@ -334,6 +338,17 @@ class BudgetResult(_Shown):
     @property
     def batches(self) -> dict:
         return {m: r.batch for m, r in self.results.items()}
+
+    def png(self) -> bytes:
+        """The bar chart, drawn once per answer (a budget seen before is not drawn again)."""
+        key = (self.workload, self.scale, self.device, self.budget_bytes, self.method, self.allocator,
+               tuple((m, r.batch, bool(r.at_limit)) for m, r in self.results.items()))
+        if key not in _PNGS:
+            _PNGS[key] = _png(self.figure())
+            while len(_PNGS) > 64:
+                _PNGS.popitem(last=False)
+        _PNGS.move_to_end(key)
+        return _PNGS[key]
 
     @staticmethod
     def _batch_text(r) -> str:
@@ -724,6 +739,25 @@ def _check_budget_gib(budget_gib) -> None:
                          f"got {budget_gib!r}")
 
 
+#: every estimated largest-batch search of this session: ``(workload, scale, device, budget, mode,
+#: method, allocator) -> BatchResult`` (oldest dropped beyond :data:`SEARCHES_MAX`)
+SEARCHES: "collections.OrderedDict" = collections.OrderedDict()
+SEARCHES_MAX = 2048
+
+
+def _hint(searches, key) -> "int | None":
+    """A batch near the answer for ``key``: the answer at the nearest budget searched for the same
+    workload and mode, scaled by the budgets' ratio (memory grows about linearly with the batch)."""
+    workload, scale, device, budget, mode, method, allocator = key
+    near = [(abs(k[3] - budget), k[3], r) for k, r in searches.items()
+            if k[:3] == (workload, scale, device) and k[4:] == (mode, method, allocator)
+            and getattr(r, "batch", 0) and not getattr(r, "at_limit", False)]
+    if not near:
+        return None
+    _, b, r = min(near, key=lambda t: t[0])
+    return max(1, int(r.batch * budget / b))
+
+
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
                     method: str = "estimate", on_step=None, cache=None,
                     allocator: "str | None" = None) -> BudgetResult:
@@ -731,7 +765,11 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; on CUDA the answer
     comes from the caching allocator's model under the cap, ``allocator`` ``"native"`` by default
     or ``"expandable_segments"``; ``"auto"``: real runs under a memory cap on a real GPU).
-    ``cache`` (a dict) reuses answers."""
+
+    Every estimated search is kept (:data:`SEARCHES`, per workload, scale, device, mode, method,
+    allocator and budget), so a budget seen before is answered without a search, and a new one
+    starts from the answer at the nearest budget seen for that workload and mode (``hint``: fewer
+    trials, the same exact answer). ``cache`` (a dict) reuses answers too, for any method."""
     import time as _time
 
     from .batch import largest_batch
@@ -740,17 +778,26 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     budget = int(budget_gib * 2**30)
     start = _time.perf_counter()
     results = {}
+    shared = SEARCHES if method == "estimate" else None  # a real search measures today's GPU: never reused
     for i, m in enumerate(modes):
         if on_step is not None:
             on_step(i, len(modes), f"largest batch: {m}")
         key = (workload, scale, str(device), budget, m, method, allocator)
-        if cache is not None and key in cache:
-            results[m] = cache[key]
-            continue
-        results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method,
-                                   allocator=allocator)
-        if cache is not None:
-            cache[key] = results[m]
+        for store in (cache, shared):
+            if store is not None and key in store:
+                results[m] = store[key]
+                break
+        else:
+            hint = _hint(shared, key) if shared is not None else None
+            results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method,
+                                       allocator=allocator, **({"hint": hint} if hint else {}))
+        for store in (cache, shared):
+            if store is not None:
+                store[key] = results[m]
+        if shared is not None:
+            shared.move_to_end(key)
+            while len(shared) > SEARCHES_MAX:
+                shared.popitem(last=False)
     if on_step is not None:
         on_step(len(modes), len(modes), "done")
     used = next((r.allocator for r in results.values() if r.allocator), None)
