@@ -114,6 +114,9 @@ def assemble(run: Path, src: Path) -> Path:
     shutil.copy2(BOOK / "conf.py", src / "conf.py")
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
     (src / "contents.md").write_text((BOOK / "contents.md").read_text().replace("NOTEBOOKS", toc))
+    notes = ROOT / "benchmarks" / "README.md"  # the measurement notes, a page of the book too
+    if notes.is_file():
+        (src / "measurement.md").write_text(notes.read_text())
     for p in notebooks:
         _notebook(p, src / "notebooks" / p.name)
         shutil.copy2(p, src / "_extra" / "notebooks" / p.name)  # the report links the .ipynb too
