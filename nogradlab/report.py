@@ -529,8 +529,8 @@ figcaption{color:#57606a;font-size:13px}td.id{font-weight:700;font-family:monosp
 .old{color:#9a6700;font-size:11px;font-weight:700;margin-left:2px}
 .lead-chart figure{margin:8px 0}.lead-chart img{max-height:460px;width:auto}
 /* the claims: one compact row each (a <details>: the row is its <summary>) */
-.claims{--chip:128px}
-.claims .row{display:grid;grid-template-columns:48px minmax(0,2.3fr) minmax(0,1fr) minmax(0,2.7fr)
+.claims{--chip:152px}
+.claims .row{display:grid;grid-template-columns:48px minmax(120px,2.3fr) minmax(120px,1fr) minmax(120px,2.7fr)
 repeat(var(--k),var(--chip));column-gap:8px;align-items:start;padding:5px 4px;border-bottom:1px solid #d8dee4}
 .claims .head{background:#f6f8fa;font-weight:600;font-size:13px;position:sticky;top:0;z-index:1}
 .claims summary{cursor:pointer;list-style:none}.claims summary::-webkit-details-marker{display:none}
@@ -539,23 +539,29 @@ repeat(var(--k),var(--chip));column-gap:8px;align-items:start;padding:5px 4px;bo
 .cread,.cfig{font-size:13px;color:#3b434b;display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;
 overflow:hidden}.claims details[open] .cread,.claims details[open] .cfig{-webkit-line-clamp:unset}
 #columns-table td:nth-child(4){min-width:130px}#columns-table td:nth-child(5){min-width:120px}
-.claims .lbl{display:none}.chip .v{max-width:100%;overflow:hidden;text-overflow:ellipsis}
+.claims .lbl{display:none}.chip .v{max-width:100%;box-sizing:border-box;overflow:hidden;text-overflow:ellipsis}
 .claims .more{padding:4px 10px 10px 56px;border-bottom:1px solid #d8dee4;font-size:13px}
 .claims .more p{margin:6px 0}.refline{border-left:3px solid #d0d7de;padding-left:8px}
 table.conds{width:auto;max-width:100%;font-size:12px}
 /* phones: each claim stacks (id and claim, the article's figure, the plain line, labelled chips),
    tables become labelled rows, charts fit the width (multi-panel charts come stacked, from a <picture>
    source): nothing needs sideways panning */
-@media (max-width:{NARROW}px){
-body{padding:10px 12px}h1{font-size:19px}
+/* the claims stack below {CLAIMS_NARROW} px: their grid needs that much for three chip columns */
+@media (max-width:{CLAIMS_NARROW}px){
 .claims .head{display:none}
 .claims summary.row{display:flex;flex-wrap:wrap;gap:2px 10px}
 .claims summary .cid{flex:0 0 auto}.claims summary .ctext{flex:1 1 calc(100% - 60px);font-weight:600}
 .claims .cfig,.claims .cread{flex:1 1 100%}.claims .chip{flex:0 1 auto;max-width:100%}
 .claims .lbl{display:block;font-size:11px;color:#57606a}.cfig .lbl{display:inline;margin-right:4px}
+.claims .more{padding:4px 4px 10px}
+}
+@media (max-width:{NARROW}px){
+body{padding:10px 12px}h1{font-size:19px}
 .lead-chart img{max-height:none;width:auto;max-width:100%}
 #columns-table td:nth-child(n){min-width:0}
-.claims .more{padding:4px 4px 10px}
+#columns-table td:nth-child(n+2):nth-child(-n+5){display:inline;font-size:13px}
+#columns-table td:nth-child(n+3):nth-child(-n+5)::before{content:" · ";color:#57606a}
+#columns-table td:nth-child(6){margin-top:2px}#columns-table td .small{display:inline}
 #notebook-table thead,#columns-table thead{display:none}
 #notebook-table,#notebook-table tbody,#notebook-table tr,#notebook-table td,
 #columns-table,#columns-table tbody,#columns-table tr,#columns-table td{display:block;width:auto}
@@ -568,7 +574,8 @@ pre{white-space:pre-wrap;max-width:100%}figure{margin:10px 0}
 }
 """
 NARROW_PX = 640  # below this width the report switches to its phone layout
-_CSS = _CSS.replace("{NARROW}", str(NARROW_PX))
+CLAIMS_NARROW_PX = 1000  # below this width the claims stack (the grid needs about 1,000 px for 3 chip columns)
+_CSS = _CSS.replace("{NARROW}", str(NARROW_PX)).replace("{CLAIMS_NARROW}", str(CLAIMS_NARROW_PX))
 
 
 def _column_labels_css(table_id: str, labels) -> str:

@@ -83,6 +83,11 @@ def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
             if lead.count():
                 assert lead.bounding_box()["y"] < page.locator("#claims").bounding_box()["y"]
 
+            width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+            for w in (1920, 1024, 800):  # wider and narrower desktops: nothing squeezed, nothing sideways
+                page.set_viewport_size({"width": w, "height": 900})
+                squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
+                assert page.evaluate(width) <= w and (w < 1024 or squeezed == []), (w, squeezed[:3])
             page.set_viewport_size({"width": 390, "height": 844})
             page.reload()
             width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
