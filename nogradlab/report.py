@@ -11,8 +11,13 @@ notebook that checked it; a claim no check reached has verdict ``null`` and is s
 Its ``meta`` block names the machine, the run and each notebook's outcome.
 
 ``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
-fetched): the verdict table colour-coded, with one extra column per reference machine
-(``results/<machine>/claims.json``), the charts, and relative links to the executed notebooks.
+fetched) that reads in a minute: at the top what ran where (this run and each reference column of
+``results/<machine>/claims.json``, with its age, protocol and verdict counts) and the article's table
+against this run's figures (C20); then one compact row per claim (id, claim, the article's figure, one
+line in plain words, a verdict chip for this run and each reference column) whose measured figures, rule
+and evidence open on click (``<details>``); then the other charts, the by-release view (columns of one
+machine on several PyTorch releases fold into it), the notebooks with relative links, the hardware.
+Text from a stored column is shown as text: it can neither end a CSS string nor drive a terminal.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ from . import outdir as _outdir
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
            "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
-           "git_commit"]
+           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "by_release"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
