@@ -758,6 +758,34 @@ def _hint(searches, key) -> "int | None":
     return max(1, int(r.batch * budget / b))
 
 
+def predicted_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
+                      method: str = "estimate", allocator: "str | None" = None) -> dict:
+    """``{mode: batch}`` predicted, without any new estimate, from the trials of the searches this
+    session already ran for the same workload, scale, device and mode (:data:`SEARCHES`): a
+    least-squares affine fit of the bytes against the batch, solved for the budget. A prediction,
+    not an answer (the allocator rounds, a cap is decided on reserved bytes): the widget shows it
+    while the exact search runs. Modes with fewer than two batches measured are left out."""
+    budget = int(budget_gib * 2**30)
+    out = {}
+    for m in modes:
+        points = {}
+        for k, r in SEARCHES.items():
+            if k[:3] == (workload, scale, str(device)) and k[4:] == (m, method, allocator):
+                for b, _ok, n in getattr(r, "trials", ()):
+                    if n is not None:
+                        points[int(b)] = int(n)
+        if len(points) < 2:
+            continue
+        xs, ys = list(points), [points[b] for b in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+        if slope <= 0:
+            continue
+        out[m] = max(0, int((budget - (my - slope * mx)) // slope))
+    return out
+
+
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
                     method: str = "estimate", on_step=None, cache=None,
                     allocator: "str | None" = None) -> BudgetResult:
@@ -829,6 +857,7 @@ class BudgetExplorer(_LiveView):
         self.method = method
         self.allocator = allocator
         self.result, self.error, self.runs = None, None, 0
+        self.predicted: dict = {}  # the last prediction shown while an exact search ran
         self._cache: dict = {}
         style = {"description_width": "80px"}
         small = min(0.5, budget_gib)
@@ -905,6 +934,7 @@ class BudgetExplorer(_LiveView):
 
             try:
                 dev = _check_budget_device(self.device.value)
+                self._predict(dev)
                 res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
                                       self.modes_, method=self.method, on_step=step,
                                       cache=self._cache, allocator=self.allocator)
@@ -919,6 +949,29 @@ class BudgetExplorer(_LiveView):
                 self.dropped += 1
                 return
             self._show_outputs(res, f"{res._caption()}, {res.seconds:.1f} s")
+
+    def _predict(self, dev):
+        """While a new budget's exact search runs: the answer predicted from the searches so far
+        (:func:`predicted_batches`), in the status line, labelled as a prediction."""
+        self.predicted = {}
+        if self.method != "estimate":
+            return
+        key = (self.workload.value, self.scale.value, str(dev), int(self.budget.value * 2**30))
+        if all(key + (m, self.method, self.allocator) in SEARCHES for m in self.modes_):
+            return  # answered at once: nothing to predict
+        self.predicted = predicted_batches(*key[:3], self.budget.value, self.modes_, method=self.method,
+                                           allocator=self.allocator)
+
+    def _prediction_html(self) -> str:
+        if not self.predicted:
+            return ""
+        guess = ", ".join(f"{m} \u2248 {b}" for m, b in self.predicted.items())
+        return (f" <span class='nogradlab-prediction'>(predicted from the searches so far, an affine fit: "
+                f"{html.escape(guess)}; the exact search is running)</span>")
+
+    def _step(self, done, total, text):
+        super()._step(done, total, text)
+        self.status.value += self._prediction_html()
 
     def _show_outputs(self, res, text):
         """:meth:`_show` from any thread: the output widget's outputs set directly."""

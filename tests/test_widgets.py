@@ -222,3 +222,24 @@ def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monk
     # the same answers as a fresh search
     assert res.batches == {m: real("mlp", m, int(0.002 * 2**30), "cpu", scale="tiny", method="estimate").batch
                            for m in again.modes_}
+
+
+def test_a_new_budget_shows_a_labelled_prediction_from_earlier_searches_then_the_exact_answer():
+    widgets.SEARCHES.clear()
+    modes = ("grad", "eval+no_grad")
+    assert widgets.predicted_batches("mlp", "tiny", "cpu", 0.003, modes) == {}  # nothing searched yet
+    for gib in (0.001, 0.002):
+        widgets.largest_batches("mlp", "tiny", "cpu", gib, modes)
+    guess = widgets.predicted_batches("mlp", "tiny", "cpu", 0.003, modes)
+    exact = widgets.largest_batches("mlp", "tiny", "cpu", 0.003, modes).batches
+    assert set(guess) == set(modes)
+    for m in modes:  # CPU bytes are affine in the batch: the fit lands next to the answer
+        assert abs(guess[m] - exact[m]) <= max(2, exact[m] // 20), (m, guess, exact)
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.004, modes=modes, interactive=True)
+    shown = []
+    real_step = bx._step
+    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
+    bx.request()
+    assert bx.wait(120) and bx.runs == 1
+    assert set(bx.predicted) == set(modes) and any("predicted from the searches so far" in v for v in shown)
+    assert "predicted" not in bx.status.value  # the exact answer replaces it
