@@ -1,5 +1,5 @@
 # Two commands set everything up on a fresh machine:
-#   make run   - install if needed, then execute the whole collection and write build/report.html
+#   make run   - install if needed, then execute the whole collection and write nogradlab-run/report.html
 #   make test  - install if needed, then run every test (unit tests, notebooks via nbval and papermill)
 # Against another PyTorch release, in its own cached venv (.venv-torch2.9.1; several GB the first time):
 #   make test TORCH=2.9.1                     # or: make run TORCH=2.9.1, make claims TORCH=2.9.1
@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 DEVICE ?= auto
 SCALE  ?= auto
-OUT    ?= build
+OUT    ?= nogradlab-run
 PYTEST_ARGS ?=
 
 # torch -> torchvision, as PyTorch's compatibility table pairs them (torchvision's README): for torch
@@ -54,7 +54,7 @@ browser:
 	  echo "warning: could not install chromium; browser tests will be skipped"
 
 run: install
-	$(PY) -m nogradlab run --device $(DEVICE) --scale $(SCALE) --out $(OUT)
+	NOGRADLAB_FROM_MAKE=1 $(PY) -m nogradlab run --device $(DEVICE) --scale $(SCALE) --out $(OUT)
 
 claims: install
 	$(PY) -m nogradlab claims --device $(DEVICE) --scale $(SCALE)
@@ -111,5 +111,8 @@ bench: install
 	$(PY) benchmarks/session.py $(BENCH_ARGS)
 	$(PY) benchmarks/probes.py
 
+# The run's folder only when nogradlab made it (setuptools' build/ and anything else are left alone).
 clean:
-	rm -rf build .pytest_cache test-artifacts book/_build
+	@if [ -d $(OUT) ]; then if [ -f $(OUT)/.nogradlab-build ]; then rm -rf $(OUT); \
+	  else echo "kept $(OUT): not made by nogradlab run"; fi; fi
+	rm -rf .pytest_cache test-artifacts book/_build

@@ -16,3 +16,5 @@ html_copy_source = False
 html_show_sourcelink = False
 html_theme_options = {"navigation_with_keys": True}
 suppress_warnings = ["mystnb.unknown_mime_type", "myst.header"]
+# the footer: who holds the copyright and under which licence (LICENSE), not an empty "Copyright ©"
+copyright = "2026, the nogradlab authors; MIT License"

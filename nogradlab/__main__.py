@@ -1,7 +1,7 @@
 """Command line: ``python -m nogradlab run`` (the executable article), ``python -m nogradlab claims`` and
 ``python -m nogradlab estimate`` (your own model's GPU memory, without a GPU).
 
-    python -m nogradlab run    [--device auto] [--scale auto] [--out build] [--notebooks DIR] [--results DIR]
+    python -m nogradlab run    [--device auto] [--scale auto] [--out nogradlab-run] [--notebooks DIR] [--results DIR]
     python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0] [--force]
     python -m nogradlab estimate MODULE:FACTORY --input 3x224x224 [--dtype float32] --gpu 24GiB
                        [--modes grad,no_grad,inference_mode,train] [--allocator native|expandable_segments]
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="execute every notebook and write the report")
     common(r)
-    r.add_argument("--out", default="build", help="output folder (default build)")
+    r.add_argument("--out", default="nogradlab-run", help="output folder (default nogradlab-run)")
     r.add_argument("--notebooks", default=None, help="folder of NN_*.ipynb notebooks (default notebooks/)")
     r.add_argument("--results", default=None,
                    help="folder of reference runs, <machine>/claims.json (default results/)")

@@ -110,6 +110,28 @@ def write_text_atomic(path: Path, text) -> Path:
     return path
 
 
+DEFAULT_OUT = "nogradlab-run"  # not build/: setuptools makes that one (pip wheel ., pip install .)
+
+
+def _from_make() -> bool:
+    return bool(os.environ.get("NOGRADLAB_FROM_MAKE"))  # the Makefile's `run` sets it
+
+
+def _named(out) -> str:
+    """The output folder as the person who started the run named it: ``OUT=...`` or ``--out ...``."""
+    return f"OUT={str(out)!r}" if _from_make() else f"--out {str(out)!r}"
+
+
+def _another() -> str:
+    return "choose another folder (make run OUT=DIR)" if _from_make() else "choose another --out"
+
+
+def _example(out) -> str:
+    """A folder to try instead, never the one refused."""
+    name = DEFAULT_OUT if Path(out).name != DEFAULT_OUT else DEFAULT_OUT + "-2"
+    return f"make run OUT={name}" if _from_make() else f"--out {name}"
+
+
 def _probe_writable(folder: Path, what: str) -> None:
     probe = folder / f".nogradlab-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
@@ -117,7 +139,7 @@ def _probe_writable(folder: Path, what: str) -> None:
         probe.unlink()
     except OSError as e:
         raise OutputError(f"cannot write to {what} {str(folder)!r}: {e.strerror or e}; "
-                          f"choose a writable --out") from None
+                          f"{_another()}, one you can write to") from None
 
 
 @dataclass
@@ -140,38 +162,38 @@ def prepare(out, protect=()) -> Layout:
     """
     out = Path(out).expanduser().absolute()
     if out.parent == out:
-        raise OutputError(f"--out {str(out)!r} is a filesystem root; choose a folder of its own, e.g. build")
+        raise OutputError(f"{_named(out)} is a filesystem root; choose a folder of its own, e.g. {_example(out)}")
     for p in protect:
         p = Path(p).resolve()
         r = out.resolve()
         if p == r or r in p.parents:
-            raise OutputError(f"--out {str(out)!r} holds {str(p)!r}, which nogradlab reads; choose another folder")
+            raise OutputError(f"{_named(out)} holds {str(p)!r}, which nogradlab reads; {_another()}")
     lay = Layout(out=out, partial=out.with_name(out.name + ".partial"), failed=out.with_name(out.name + ".failed"),
                  previous=out.with_name(out.name + ".previous"),
                  lock=lock_path(out), out_state="missing")
     if out.exists() or out.is_symlink():
         if out.is_symlink() or not out.is_dir():
-            raise OutputError(f"--out {str(out)!r} exists and is not a folder; choose another --out")
+            raise OutputError(f"{_named(out)} exists and is not a folder; {_another()}")
         entries = [p.name for p in out.iterdir()]
         mark = read_mark(out)
         if not entries:
             lay.out_state = "empty"
         elif mark is None:
             raise OutputError(
-                f"--out {str(out)!r} is not empty and was not made by nogradlab (it holds {_names(sorted(entries))}); "
-                f"nothing in it was touched. Choose a new or empty folder, e.g. --out build")
+                f"{_named(out)} is not empty and was not made by nogradlab (it holds {_names(sorted(entries))}); "
+                f"nothing in it was touched. Choose a new or empty folder, e.g. {_example(out)}")
         else:
             extra = _foreign(out, mark)
             if extra:
                 raise OutputError(
-                    f"--out {str(out)!r} holds an earlier nogradlab report, but also {_names(extra)}, which "
-                    f"nogradlab did not write; nothing was touched. Move those elsewhere or choose another --out")
+                    f"{_named(out)} holds an earlier nogradlab report, but also {_names(extra)}, which "
+                    f"nogradlab did not write; nothing was touched. Move those elsewhere or {_another()}")
             lay.out_state = "ours"
     for sib in (lay.partial, lay.failed, lay.previous):
         if (sib.exists() or sib.is_symlink()) and (sib.is_symlink() or not sib.is_dir() or not is_ours(sib)):
             raise OutputError(f"{str(sib)!r} exists and was not made by nogradlab (or holds files it did not "
                               f"write); nogradlab uses that name for its own builds. Move it away or choose "
-                              f"another --out")
+                              f"another folder ({'make run OUT=DIR' if _from_make() else '--out'})")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -205,7 +227,7 @@ class Lock:
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise OutputBusy(f"another nogradlab run{f' ({holder})' if holder else ''} is writing to "
-                                     f"{self.what}; wait for it to finish or choose another --out") from None
+                                     f"{self.what}; wait for it to finish or {_another()}") from None
                 raise OutputError(f"cannot lock {str(self.path)!r}: {e.strerror or e}") from None
             try:  # the file may have been removed and re-created by a run that just finished
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino

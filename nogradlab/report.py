@@ -11,8 +11,13 @@ notebook that checked it; a claim no check reached has verdict ``null`` and is s
 Its ``meta`` block names the machine, the run and each notebook's outcome.
 
 ``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
-fetched): the verdict table colour-coded, with one extra column per reference machine
-(``results/<machine>/claims.json``), the charts, and relative links to the executed notebooks.
+fetched) that reads in a minute: at the top what ran where (this run and each reference column of
+``results/<machine>/claims.json``, with its age, protocol and verdict counts) and the article's table
+against this run's figures (C20); then one compact row per claim (id, claim, the article's figure, one
+line in plain words, a verdict chip for this run and each reference column) whose measured figures, rule
+and evidence open on click (``<details>``); then the other charts, the by-release view (columns of one
+machine on several PyTorch releases fold into it), the notebooks with relative links, the hardware.
+Text from a stored column is shown as text: it can neither end a CSS string nor drive a terminal.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import os
 import re
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 
 from . import __version__
@@ -35,7 +41,7 @@ from . import outdir as _outdir
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
            "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
-           "git_commit"]
+           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "by_release"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
@@ -333,6 +339,23 @@ def _short(doc: dict) -> str:
     return f"{m['device'].get('name', m['device'].get('device'))} · {m['scale']}"
 
 
+# Unicode's bidirectional controls: text from a stored column must not reorder what a terminal shows
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def plain_text(text) -> str:
+    """``text`` safe to print on a terminal: control characters (ESC, BEL, CR, C1 controls such as
+    CSI) and bidirectional controls are shown as visible escapes (``\\x1b``) instead of being obeyed,
+    so a stored column can neither clear the screen nor retitle the window nor reorder a line."""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) == "Cc" or ch in _BIDI:
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
     """The verdict table as text: id, verdict (this run), one verdict column per reference, the
     article's figure and the measured summary cut to the terminal width."""
@@ -353,29 +376,31 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     room = max(20, width - fixed)
     lines = ["  ".join(h[:w].ljust(w) for h, w in zip(heads, widths)) + "  article".ljust(16) + "measured"]
     for c in doc["claims"]:
-        cells = [c["id"].ljust(3), paint(verdict_word(c["verdict"]), vw)]
+        cells = [plain_text(c["id"]).ljust(3), paint(verdict_word(c["verdict"]), vw)]
         for m in ref_maps:
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
-        fig = (c["figure"] or "-")
+        fig = plain_text(c["figure"] or "-")
         fig = fig if len(fig) <= 12 else fig[:11] + "…"
-        summ = " ".join(c["summary"].split())
+        summ = plain_text(" ".join(str(c["summary"]).split()))
         summ = summ if len(summ) <= room else summ[:room - 1] + "…"
         lines.append("  ".join(cells) + "  " + fig.ljust(14) + summ)
     counts = ", ".join(f"{n} {w}" for w, n in sorted(doc["meta"]["counts"].items()))
-    lines.append(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, scale {doc['meta']['scale']}: "
-                 f"{counts}")
+    lines.append(plain_text(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, "
+                            f"scale {doc['meta']['scale']}: {counts}"))
     for i, (name, r) in enumerate(refs, 1):
         n_old = sum(1 for rc in r["claims"] if rc.get("verdict") == "needs re-measuring")
         commit = r["meta"].get("nogradlab_commit")
-        lines.append(f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
-                     f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else "")
-                     + "; judged by today's rules"
-                     + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else ""))
+        lines.append(plain_text(
+            f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
+            f"{str(r['meta'].get('generated', ''))[:10]}" + (f", nogradlab {commit}" if commit else "")
+            + "; judged by today's rules"
+            + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else "")))
     for g in by_release(doc, refs):
         releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
         changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]) or "none"
-        lines.append(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): changed: {changed}")
+        lines.append(plain_text(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): "
+                                f"changed: {changed}"))
     return "\n".join(lines)
 
 
@@ -505,36 +530,69 @@ def _plot_specs(doc: dict) -> list:
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1300px;
-padding:16px 24px;color:#1f2328}
-h1{font-size:22px;margin:4px 0}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #d0d7de}
-table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d8dee4;padding:5px 7px;
-text-align:left;vertical-align:top}th{background:#f6f8fa;position:sticky;top:0}
+padding:16px 24px;color:#1f2328;overflow-wrap:break-word}
+h1{font-size:22px;margin:4px 0}h2{font-size:17px;margin:22px 0 8px;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #d8dee4;padding:4px 7px;
+text-align:left;vertical-align:top}th{background:#f6f8fa}
 .v{display:inline-block;color:#fff;border-radius:10px;padding:1px 8px;font-size:12px;font-weight:600;
-white-space:nowrap}.meta{color:#57606a}.small{font-size:12px;color:#57606a}
+white-space:nowrap}.meta{color:#57606a;margin:4px 0}.small{font-size:12px;color:#57606a}
 .status-ok{color:#1a7f37;font-weight:600}.status-failed{color:#cf222e;font-weight:700}
-.banner{padding:8px 12px;border-radius:6px;margin:10px 0}.bad{background:#ffebe9;border:1px solid #cf222e}
-.good{background:#dafbe1;border:1px solid #1a7f37}pre{background:#f6f8fa;padding:8px;overflow:auto;
-font-size:12px;max-height:320px}figure{margin:12px 0}figure img{max-width:100%}
+.banner{padding:6px 12px;border-radius:6px;margin:8px 0}.bad{background:#ffebe9;border:1px solid #cf222e}
+.good{background:#dafbe1;border:1px solid #1a7f37}.banner .counts{margin-left:8px;white-space:normal}
+pre{background:#f6f8fa;padding:8px;overflow:auto;font-size:12px;max-height:320px}
+figure{margin:12px 0}figure img{max-width:100%;height:auto;display:block}
 figcaption{color:#57606a;font-size:13px}td.id{font-weight:700;font-family:monospace}
-details summary{cursor:pointer;list-style:none}details summary::-webkit-details-marker{display:none}
-figure img{height:auto;display:block}body{overflow-wrap:anywhere}
-/* phones: tables become stacked rows (each cell labelled with its column), charts fit the width
-   (multi-panel charts come stacked, from a <picture> source), nothing needs sideways panning */
+.toc{margin:6px 0 0;font-size:13px}.toc a{color:#0969da}
+.old{color:#9a6700;font-size:11px;font-weight:700;margin-left:2px}
+.lead-chart figure{margin:8px 0}.lead-chart img{max-height:460px;width:auto}
+/* the claims: one compact row each (a <details>: the row is its <summary>) */
+.claims{--chip:152px}
+.claims .row{display:grid;grid-template-columns:48px minmax(120px,2.3fr) minmax(120px,1fr) minmax(120px,2.7fr)
+repeat(var(--k),var(--chip));column-gap:8px;align-items:start;padding:5px 4px;border-bottom:1px solid #d8dee4}
+.claims .head{background:#f6f8fa;font-weight:600;font-size:13px;position:sticky;top:0;z-index:1}
+.claims summary{cursor:pointer;list-style:none}.claims summary::-webkit-details-marker{display:none}
+.claims summary:hover{background:#f6f8fa}.claims details[open]>summary{background:#eef3f8}
+.cid{font-weight:700;font-family:monospace;white-space:nowrap}
+.cread,.cfig{font-size:13px;color:#3b434b;display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;
+overflow:hidden}.claims details[open] .cread,.claims details[open] .cfig{-webkit-line-clamp:unset}
+#columns-table td:nth-child(4){min-width:130px}#columns-table td:nth-child(5){min-width:120px}
+.claims .lbl{display:none}.chip .v{max-width:100%;box-sizing:border-box;overflow:hidden;text-overflow:ellipsis}
+.claims .more{padding:4px 10px 10px 56px;border-bottom:1px solid #d8dee4;font-size:13px}
+.claims .more p{margin:6px 0}.refline{border-left:3px solid #d0d7de;padding-left:8px}
+table.conds{width:auto;max-width:100%;font-size:12px}
+/* phones: each claim stacks (id and claim, the article's figure, the plain line, labelled chips),
+   tables become labelled rows, charts fit the width (multi-panel charts come stacked, from a <picture>
+   source): nothing needs sideways panning */
+/* the claims stack below {CLAIMS_NARROW} px: their grid needs that much for three chip columns */
+@media (max-width:{CLAIMS_NARROW}px){
+.claims .head{display:none}
+.claims summary.row{display:flex;flex-wrap:wrap;gap:2px 10px}
+.claims summary .cid{flex:0 0 auto}.claims summary .ctext{flex:1 1 calc(100% - 60px);font-weight:600}
+.claims .cfig,.claims .cread{flex:1 1 100%}.claims .chip{flex:0 1 auto;max-width:100%}
+.claims .lbl{display:block;font-size:11px;color:#57606a}.cfig .lbl{display:inline;margin-right:4px}
+.claims .more{padding:4px 4px 10px}
+}
 @media (max-width:{NARROW}px){
 body{padding:10px 12px}h1{font-size:19px}
-#verdict-table thead,#notebook-table thead{display:none}
-#verdict-table,#verdict-table tbody,#verdict-table tr,#verdict-table td,
-#notebook-table,#notebook-table tbody,#notebook-table tr,#notebook-table td{display:block;width:auto}
-#verdict-table tr,#notebook-table tr{border-bottom:2px solid #d0d7de;padding:6px 0}
-#verdict-table td,#notebook-table td{border:0;padding:2px 2px}
-#verdict-table td:empty,#notebook-table td:empty{display:none}
-#verdict-table td::before,#notebook-table td::before{color:#57606a;
-font-size:12px;font-weight:400;font-family:system-ui,sans-serif;margin-right:6px}
+.lead-chart img{max-height:none;width:auto;max-width:100%}
+#columns-table td:nth-child(n){min-width:0}
+#columns-table td:nth-child(n+2):nth-child(-n+5){display:inline;font-size:13px}
+#columns-table td:nth-child(n+3):nth-child(-n+5)::before{content:" · ";color:#57606a}
+#columns-table td:nth-child(6){margin-top:2px}#columns-table td .small{display:inline}
+#notebook-table thead,#columns-table thead{display:none}
+#notebook-table,#notebook-table tbody,#notebook-table tr,#notebook-table td,
+#columns-table,#columns-table tbody,#columns-table tr,#columns-table td{display:block;width:auto}
+#notebook-table tr,#columns-table tr{border-bottom:2px solid #d0d7de;padding:6px 0}
+#notebook-table td,#columns-table td{border:0;padding:2px 2px}
+#notebook-table td:empty{display:none}
+#notebook-table td::before{color:#57606a;font-size:12px;font-weight:400;margin-right:6px}
+table.by-release,table.conds{display:block;overflow-x:auto}
 pre{white-space:pre-wrap;max-width:100%}figure{margin:10px 0}
 }
 """
 NARROW_PX = 640  # below this width the report switches to its phone layout
-_CSS = _CSS.replace("{NARROW}", str(NARROW_PX))
+CLAIMS_NARROW_PX = 1000  # below this width the claims stack (the grid needs about 1,000 px for 3 chip columns)
+_CSS = _CSS.replace("{NARROW}", str(NARROW_PX)).replace("{CLAIMS_NARROW}", str(CLAIMS_NARROW_PX))
 
 
 def _column_labels_css(table_id: str, labels) -> str:
@@ -542,10 +600,24 @@ def _column_labels_css(table_id: str, labels) -> str:
     hidden there)."""
     out = []
     for i, label in enumerate(labels, start=1):
-        text = str(label).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-        text = text.replace("<", "\\3c ").replace(">", "\\3e ")
-        out.append(f'#{table_id} td:nth-child({i})::before{{content:"{text}"}}')
+        out.append(f'#{table_id} td:nth-child({i})::before{{content:"{css_string(label)}"}}')
     return f"@media (max-width:{NARROW_PX}px){{{''.join(out)}}}"
+
+
+def css_string(text) -> str:
+    """``text`` as the inside of a double-quoted CSS string that cannot end early: letters, digits,
+    spaces and ``-_.,`` stay as they are, every other character becomes a CSS hex escape (``\\28 ``
+    for "("), and control characters (among them \\r and \\f, which end a CSS string) become
+    spaces. Nothing from a stored column can then close the string, the rule or the <style>."""
+    out = []
+    for ch in str(text):
+        if unicodedata.category(ch) in ("Cc", "Cs", "Co", "Cn") or ch in _BIDI:
+            out.append(" ")
+        elif ch.isalnum() or ch in " -_.,":
+            out.append(ch)
+        else:
+            out.append(f"\\{ord(ch):x} ")
+    return "".join(out)
 
 
 def _figure_html(title: str, uri: str, caption: str) -> str:
@@ -563,7 +635,11 @@ def _badge(word: str) -> str:
 
 
 def _e(x) -> str:
-    return html.escape("" if x is None else str(x))
+    """HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)."""
+    text = "" if x is None else str(x)
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
+        text = "\n".join(plain_text(line).replace("\\x09", "\t") for line in text.split("\n"))
+    return html.escape(text)
 
 
 def by_release(doc: dict, refs=()) -> list:
@@ -621,17 +697,232 @@ def _by_release_html(doc: dict, refs=()) -> str:
     return "".join(parts)
 
 
+def _release_of(doc: dict) -> str:
+    return str(doc["meta"].get("torch", "")).split("+")[0]
+
+
+def shown_columns(refs=()) -> tuple:
+    """``(shown, folded)``: the reference columns that get a chip per claim, and those folded into the
+    by-release view. Columns of one machine at one scale on several PyTorch releases fold into one:
+    the newest release is shown, the others are listed under "By release" (and in each claim's
+    details)."""
+    groups: dict = {}
+    for name, r in refs:
+        m = r["meta"]
+        groups.setdefault((m.get("machine") or name, m.get("scale")), []).append((name, r))
+    shown, folded = [], []
+    for members in groups.values():
+        members = sorted(members, key=lambda nd: _release_key(str(nd[1]["meta"].get("torch", ""))))
+        shown.append(members[-1])
+        folded += members[:-1]
+    order = {name: i for i, (name, _) in enumerate(refs)}
+    return sorted(shown, key=lambda nd: order[nd[0]]), sorted(folded, key=lambda nd: order[nd[0]])
+
+
+def _column_name(r: dict) -> str:
+    """A column's name in a few words: the device's short name, the PyTorch release, the scale."""
+    m = r["meta"]
+    dev = m.get("device", {})
+    name = str(dev.get("name") or dev.get("device") or "?")
+    short = re.sub(r"^(NVIDIA|AMD|Intel\(R\)|Intel)\s+", "", name).split(" CPU")[0]
+    short = short if len(short) <= 18 else short[:17] + "…"
+    return f"{short} · torch {_release_of(r)}"
+
+
+def _protocol(meta: dict) -> str:
+    age = meta.get("age") if isinstance(meta.get("age"), dict) else {}
+    if age.get("stale") and age.get("protocol") is not None:  # nogradlab.claims.column_age
+        return f"older protocol {age['protocol']} (today's: {age.get('current_protocol')})"
+    p = meta.get("protocol", meta.get("protocol_version"))
+    if isinstance(p, dict):
+        p = p.get("version", p.get("name"))
+    return f"protocol {p}" if p not in (None, "") else "protocol not recorded"
+
+
+def _stale(entry: dict):
+    """What a verdict's ``scope.stale`` says (None when the evidence is not labelled old)."""
+    s = (entry.get("scope") or {}).get("stale") if isinstance(entry.get("scope"), dict) else None
+    if not s:
+        return None
+    return "old evidence" if s is True else f"old evidence: {s}"
+
+
+def _age(meta: dict, now: str) -> str:
+    try:
+        then = _dt.datetime.fromisoformat(str(meta.get("generated", ""))).date()
+        ref = _dt.datetime.fromisoformat(now).date()
+        days = (ref - then).days
+    except (TypeError, ValueError):
+        return ""
+    if days <= 0:
+        return "same day as this run"
+    return f"{days} day{'s' if days != 1 else ''} before this run"
+
+
+def plain_line(entry: dict) -> str:
+    """The claim's answer in one line of plain words: its judge's reading, else the measured
+    summary's first sentence."""
+    text = " ".join(str(entry.get("reading") or "").split())
+    if not text:
+        summary = " ".join(str(entry.get("summary") or "").split())
+        text = re.split(r"(?<=[.!?])\s+(?=[A-Z])", summary, maxsplit=1)[0]
+    return text if len(text) <= 240 else text[:239] + "…"
+
+
+def _counts_html(counts: dict) -> str:
+    return " ".join(f"{_badge(w)}&nbsp;{_e(n)}" for w, n in counts.items())
+
+
+def _chip(entry, label: str) -> str:
+    """One column's verdict on a claim: a chip (labelled with its column on phones)."""
+    word = verdict_word(entry["verdict"]) if entry else NOT_RUN
+    old = _stale(entry) if entry else None
+    tag = f"<sup class='old' title='{_e(old)}'>old</sup>" if old else ""
+    remeasure = "1" if word == "needs re-measuring" else "0"
+    return (f"<span class='cell chip' data-needs-remeasuring='{remeasure}'><span class='lbl'>{_e(label)}</span>"
+            f"{_badge(word)}{tag}</span>")
+
+
+def _conditions_html(conds) -> str:
+    rows = []
+    for c in conds or []:
+        if not isinstance(c, dict):
+            continue
+        ci = c.get("ci")
+        ci = f"[{_num(ci[0])}, {_num(ci[1])}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
+        rows.append(f"<tr><td>{_e(c.get('condition', ''))}</td><td>{_e(_num(c.get('value')))}</td>"
+                    f"<td>{_e(ci)}</td><td>{_e(c.get('reading', ''))}</td></tr>")
+    if not rows:
+        return ""
+    return ("<table class='conds'><thead><tr><th>condition</th><th>value</th><th>95 % CI</th><th>reading</th>"
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _num(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if v == v and abs(v) != float("inf") else "n/a"
+    return "" if v is None else str(v)
+
+
+_MEASUREMENTS_CHARS = 6000  # the raw measurements shown per claim; claims.json holds them all
+
+
+def _claim_details(c: dict, nb_html: dict, columns, folded) -> str:
+    """What opens under a claim: this run's measured figures, the rule, what the verdict stands on,
+    the judged conditions, the raw measurements, and each reference column's verdict and figures."""
+    parts = []
+    link = ""
+    if c.get("notebook"):
+        href = nb_html.get(c["notebook"])
+        link = (f" <a class='small' href='{_e(href)}'>{_e(c['notebook'])}</a>" if href
+                else f" <span class='small'>({_e(c['notebook'])})</span>")
+    if c.get("figure"):
+        parts.append(f"<p><b>The article's figure.</b> {_e(c['figure'])}</p>")
+    parts.append(f"<p><b>Measured, this run.</b> {_e(c.get('summary'))}{link}</p>")
+    if c.get("rule"):
+        parts.append(f"<p class='rule'><i>rule:</i> {_e(c['rule'])}</p>")
+    scope = c.get("scope") if isinstance(c.get("scope"), dict) else {}
+    if scope.get("text"):
+        parts.append(f"<p><b>Evidence.</b> {_e(scope['text'])}"
+                     + (f" <b class='old'>({_e(_stale(c))})</b>" if _stale(c) else "") + "</p>")
+    local = c.get("local")
+    if isinstance(local, dict) and local.get("verdict"):
+        parts.append(f"<p><b>This machine's own figures</b> ({_badge(verdict_word(local['verdict']))}): "
+                     f"{_e(local.get('summary', ''))}</p>")
+    parts.append(_conditions_html(c.get("conditions")))
+    if c.get("measurements"):
+        text = json.dumps(c["measurements"], indent=1, default=str)
+        cut = len(text) > _MEASUREMENTS_CHARS
+        text = text[:_MEASUREMENTS_CHARS] + ("\n… (cut here: claims.json holds all of it)" if cut else "")
+        parts.append(f"<details class='raw'><summary>measurements (raw)</summary><pre>{_e(text)}</pre></details>")
+    for label, name, _r, rc in columns + folded:
+        if rc is None:
+            parts.append(f"<p class='refline'>{_badge(NOT_RUN)} <b>{_e(label)}</b> ({_e(name)})</p>")
+            continue
+        was = rc.get("stored_verdict")
+        was = (f" <span class='small stored-verdict'>stored verdict, by the rule of its day: "
+               f"{_e(verdict_word(was))}</span>" if was is not None and was != rc["verdict"] else "")
+        old = _stale(rc)
+        parts.append(f"<p class='refline'>{_badge(verdict_word(rc['verdict']))} <b>{_e(label)}</b> "
+                     f"<span class='small'>({_e(name)}; judged by today&#39;s rules)</span>"
+                     + (f" <b class='old'>{_e(old)}</b>" if old else "")
+                     + f"{was}<br><span class='small'>{_e(rc.get('summary'))}</span></p>")
+    return "".join(parts)
+
+
+def _columns_html(doc: dict, shown, folded) -> str:
+    """What ran where: this run and each reference column, with its age, protocol and verdict counts."""
+    m = doc["meta"]
+    now = str(m.get("generated", ""))
+    rows = [f"<tr class='this'><td><b>this run</b></td><td>{_e(m['device_label'])}</td><td>{_e(m['scale'])}</td>"
+            f"<td>{_e(now[:10])}</td><td>{_e(_protocol(m))}</td><td>{_counts_html(m['counts'])}</td></tr>"]
+    folded_names = {n for n, _ in folded}
+    for name, r in shown + folded:
+        rm = r["meta"]
+        commit = rm.get("nogradlab_commit")
+        n_old = sum(1 for c in r["claims"] if _stale(c))
+        note = []
+        if name in folded_names:
+            note.append("folded into <a href='#by-release'>By release</a>")
+        if not rm.get("complete", True):
+            note.append("incomplete")
+        if n_old:
+            note.append(f"<b class='old'>{n_old} claim(s) on old evidence</b>")
+        rows.append(f"<tr data-column='{_e(name)}'><td><b>{_e(_column_name(r))}</b><br><span class='small'>{_e(name)}"
+                    f"{', nogradlab ' + _e(commit) if commit else ''}</span></td>"
+                    f"<td>{_e(rm['device_label'])}" + (f"<br><span class='small'>{'; '.join(note)}</span>" if note else "")
+                    + f"</td><td>{_e(rm['scale'])}</td><td>{_e(str(rm.get('generated', ''))[:10])}<br>"
+                    f"<span class='small'>{_e(_age(rm, now))}</span></td><td>{_e(_protocol(rm))}</td>"
+                    f"<td>{_counts_html(rm['counts'])}</td></tr>")
+    return ("<h2 id='where'>What ran where</h2><table id='columns-table'><thead><tr><th>column</th>"
+            "<th>machine and PyTorch</th><th>scale</th><th>measured</th><th>protocol</th><th>verdicts</th>"
+            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<p class='small'>Reference columns are the same checks run on other hardware (results/), their stored "
+            "measurements judged again by today&#39;s rules. Evidence labelled <b class='old'>old</b> was "
+            "measured under an earlier protocol.</p>")
+
+
+def _claims_html(doc: dict, nb_html: dict, shown, folded) -> str:
+    maps = [(_column_name(r), name, {c["id"]: c for c in r["claims"]}) for name, r in shown]
+    fmaps = [(_column_name(r), name, {c["id"]: c for c in r["claims"]}) for name, r in folded]
+    k = 1 + len(shown)
+    head = ("<div class='row head' aria-hidden='true'><span class='cell'>id</span><span class='cell'>claim "
+            "(paraphrased)</span><span class='cell'>article</span><span class='cell'>in plain words</span>"
+            "<span class='cell'>this run</span>"
+            + "".join(f"<span class='cell'>{_e(label)}</span>" for label, _, _ in maps) + "</div>")
+    items = []
+    for c in doc["claims"]:
+        word = verdict_word(c["verdict"])
+        chips = _chip(c, "this run") + "".join(_chip(mp.get(c["id"]), label) for label, _, mp in maps)
+        cols = [(label, name, None, mp.get(c["id"])) for label, name, mp in maps]
+        fcols = [(label, name, None, mp.get(c["id"])) for label, name, mp in fmaps]
+        items.append(
+            f"<details class='claim' id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
+            f"<summary class='row'><span class='cell cid'>{_e(c['id'])}</span>"
+            f"<span class='cell ctext'>{_e(c['paraphrase'])}</span>"
+            f"<span class='cell cfig'><span class='lbl'>article:</span>{_e(c['figure'] or '—')}</span>"
+            f"<span class='cell cread'>{_e(plain_line(c))}</span>{chips}</summary>"
+            f"<div class='more'>{_claim_details(c, nb_html, cols, fcols)}</div></details>")
+    return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for the measured "
+            f"figures, the rule, the evidence and every column's reading. {_legend()}</p>"
+            f"<div id='verdict-table' class='claims' style='--k:{k}'>{head}{''.join(items)}</div>")
+
+
+def _legend() -> str:
+    return ("Verdicts: holds / does not hold / depends (true under some measured conditions, false under others) / "
+            "inconclusive (intervals straddle a band edge) / not testable (an unsourced statistic; its mechanism is "
+            "tested) / needs re-measuring (a stored column lacks what today&#39;s rule reads).")
+
+
 def render_html(doc: dict, refs=(), chart_list=None) -> str:
     """The report page as a string (see the module docstring)."""
     m = doc["meta"]
+    refs = list(refs)
     if chart_list is None:
         chart_list = charts(doc, refs)
     nb_html = {n["name"]: n.get("html") for n in m["notebooks"]}
-    phone_css = (_column_labels_css("verdict-table", ["id", "\u00a7", "claim", "article's figure",
-                                                      "verdict", "measured"]
-                                    + [f"{_short(r)} ({name})" for name, r in refs])
-                 + _column_labels_css("notebook-table", ["notebook", "status", "time", "claims",
-                                                         "error"]))
+    shown, folded = shown_columns(refs)
+    phone_css = _column_labels_css("notebook-table", ["notebook", "status", "time", "claims", "error"])
     parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
              f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
              f"<title>nogradlab report: {_e(m['device_label'])}</title><style>{_CSS}{phone_css}</style></head><body>",
@@ -642,8 +933,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
     failed = [n for n in m["notebooks"] if n["status"] != "ok"]
     not_run = m["counts"].get(NOT_RUN, 0)
     if m["complete"]:
-        parts.append("<div class='banner good' id='status'>Complete: every notebook ran and every claim "
-                     "has a verdict.</div>")
+        status = "<div class='banner good' id='status'>Complete: every notebook ran and every claim has a verdict."
     else:
         why = []
         if m.get("interrupted"):
@@ -652,63 +942,34 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             why.append(f"{len(failed)} notebook(s) failed: " + ", ".join(_e(n["name"]) for n in failed))
         if not_run:
             why.append(f"{not_run} claim(s) not run")
-        parts.append(f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}.</div>")
-    parts.append("<p>" + " ".join(f"{_badge(w)} {n}" for w, n in m["counts"].items()) + "</p>")
-
-    # verdict table
-    ref_maps = [{c["id"]: c for c in r["claims"]} for _, r in refs]
-    head = ("<tr><th>id</th><th>§</th><th>claim (paraphrased)</th><th>article's figure</th>"
-            "<th>verdict<br><span class='small'>this run</span></th><th>measured (this run)</th>")
-    for name, r in refs:
-        commit = r["meta"].get("nogradlab_commit")
-        when = (f"{r['meta'].get('generated', '')[:10]}" + (f", nogradlab {commit}" if commit else ""))
-        head += (f"<th title='{_e(r['meta']['device_label'])}'>{_e(_short(r))}<br>"
-                 f"<span class='small'>{_e(name)}, {_e(when)}; judged by today&#39;s rules</span></th>")
-    head += "</tr>"
-    rows = []
-    for c in doc["claims"]:
-        word = verdict_word(c["verdict"])
-        link = ""
-        if c.get("notebook") and nb_html.get(c["notebook"]):
-            link = f"<br><a class='small' href='{_e(nb_html[c['notebook']])}'>{_e(c['notebook'])}</a>"
-        elif c.get("notebook"):
-            link = f"<br><span class='small'>{_e(c['notebook'])}</span>"
-        row = (f"<tr id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
-               f"<td class='id'>{_e(c['id'])}</td><td>{_e(c['section'])}</td><td>{_e(c['paraphrase'])}</td>"
-               f"<td>{_e(c['figure'] or '—')}</td><td>{_badge(word)}</td><td>{_e(c['summary'])}{link}"
-               + (f"<br><span class='small rule'><i>rule:</i> {_e(c['rule'])}</span>" if c.get("rule") else "")
-               + "</td>")
-        for rm in ref_maps:
-            rc = rm.get(c["id"])
-            if rc is None:
-                row += f"<td>{_badge(NOT_RUN)}</td>"
-            else:
-                differs = "" if rc["verdict"] == c["verdict"] else " <span title='differs from this run'>≠</span>"
-                was = rc.get("stored_verdict")
-                was = (f"<br><span class='small stored-verdict'>stored verdict, by the rule of its day: "
-                       f"{_e(verdict_word(was))}</span>" if was is not None and was != rc["verdict"] else "")
-                row += (f"<td data-needs-remeasuring='{'1' if rc['verdict'] == 'needs re-measuring' else '0'}'>"
-                        f"<details><summary>{_badge(verdict_word(rc['verdict']))}{differs}</summary>"
-                        f"<span class='small'>{_e(rc['summary'])}</span>{was}</details></td>")
-        rows.append(row + "</tr>")
-    parts.append("<h2 id='verdicts'>Verdicts</h2><p class='small'>holds / does not hold / depends (true "
-                 "under some measured conditions, false under others: the summary says which) / inconclusive "
-                 "(some intervals straddle a band edge: the summary says how many more rounds would decide) / "
-                 "not testable (an unsourced statistic; its mechanism is tested where possible) / needs "
-                 "re-measuring (a stored column lacks what today's rule reads). Each verdict follows the rule "
-                 "printed under its measurement and names its evidence. Reference columns are the same checks "
-                 "run on other hardware (results/), their stored measurements judged again by today's rules; "
-                 "click a verdict for its measurement.</p>")
-    parts.append(f"<table id='verdict-table'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>")
-    parts.append(_by_release_html(doc, refs))
+        status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
+    parts.append(f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>")
+    sections = [("where", "what ran where"), ("claims", "the claims")]
+    charts_rest = [ch for ch in chart_list if not str(ch[0]).startswith("C20")]
+    top = [ch for ch in chart_list if str(ch[0]).startswith("C20")]
+    if charts_rest:
+        sections.append(("charts", "charts"))
+    if by_release(doc, refs):
+        sections.append(("by-release", "by release"))
+    if m["notebooks"]:
+        sections.append(("notebooks", "notebooks"))
+    sections.append(("hardware", "hardware"))
+    parts.append("<nav class='toc'>" + " · ".join(f"<a href='#{a}'>{t}</a>" for a, t in sections) + "</nav>")
+    parts.append(_columns_html(doc, shown, folded))
+    for title, uri, caption in top:  # the article's table against this run's figures
+        parts.append("<div class='lead-chart'>" + (_figure_html(title, uri, caption) if uri else
+                     f"<p class='small'><b>{_e(title)}</b>: {_e(caption)}</p>") + "</div>")
+    parts.append(_claims_html(doc, nb_html, shown, folded))
 
     # charts
-    parts.append("<h2 id='charts'>Charts</h2>")
-    for title, uri, caption in chart_list:
+    if charts_rest:
+        parts.append("<h2 id='charts'>Charts</h2>")
+    for title, uri, caption in charts_rest:
         if uri:
             parts.append(_figure_html(title, uri, caption))
         else:
             parts.append(f"<p class='small'><b>{_e(title)}</b>: {_e(caption)}</p>")
+    parts.append(_by_release_html(doc, refs))
 
     # notebooks
     if m["notebooks"]:

@@ -1,7 +1,7 @@
 """Execute the notebook collection (``python -m nogradlab run``) or the claim checks alone
 (``python -m nogradlab claims``) and write claims.json and report.html.
 
-    outcome = runner.run(device="cpu", scale="tiny", out="build")
+    outcome = runner.run(device="cpu", scale="tiny", out="nogradlab-run")
     outcome.ok, outcome.path, outcome.doc
 
 How the verdicts travel: before each notebook starts, the runner sets ``NOGRADLAB_LEDGER`` (a
@@ -256,7 +256,7 @@ def _where_it_died(ipynb: Path) -> dict:
     return where
 
 
-def run(device="auto", scale="auto", out="build", notebooks=None, results=None, progress: bool = True,
+def run(device="auto", scale="auto", out="nogradlab-run", notebooks=None, results=None, progress: bool = True,
         command: str = "") -> RunOutcome:
     """Execute every notebook, gather the verdicts, write claims.json, the executed notebooks with
     their HTML, and report.html. See the module docstring for where the output lands.

@@ -17,6 +17,7 @@ Nothing is measured here: memory comes from :func:`nogradlab.memory.measure` (th
 from __future__ import annotations
 
 import base64
+import collections
 import html
 import io
 import os
@@ -317,6 +318,9 @@ class ModesResult(_Shown):
         return fig
 
 
+_PNGS: "collections.OrderedDict" = collections.OrderedDict()  # BudgetResult charts already drawn
+
+
 @dataclass
 class BudgetResult(_Shown):
     """Largest batch per mode that fits ``budget_bytes`` on ``device`` (from
@@ -334,6 +338,17 @@ class BudgetResult(_Shown):
     @property
     def batches(self) -> dict:
         return {m: r.batch for m, r in self.results.items()}
+
+    def png(self) -> bytes:
+        """The bar chart, drawn once per answer (a budget seen before is not drawn again)."""
+        key = (self.workload, self.scale, self.device, self.budget_bytes, self.method, self.allocator,
+               tuple((m, r.batch, bool(r.at_limit)) for m, r in self.results.items()))
+        if key not in _PNGS:
+            _PNGS[key] = _png(self.figure())
+            while len(_PNGS) > 64:
+                _PNGS.popitem(last=False)
+        _PNGS.move_to_end(key)
+        return _PNGS[key]
 
     @staticmethod
     def _batch_text(r) -> str:
@@ -724,6 +739,53 @@ def _check_budget_gib(budget_gib) -> None:
                          f"got {budget_gib!r}")
 
 
+#: every estimated largest-batch search of this session: ``(workload, scale, device, budget, mode,
+#: method, allocator) -> BatchResult`` (oldest dropped beyond :data:`SEARCHES_MAX`)
+SEARCHES: "collections.OrderedDict" = collections.OrderedDict()
+SEARCHES_MAX = 2048
+
+
+def _hint(searches, key) -> "int | None":
+    """A batch near the answer for ``key``: the answer at the nearest budget searched for the same
+    workload and mode, scaled by the budgets' ratio (memory grows about linearly with the batch)."""
+    workload, scale, device, budget, mode, method, allocator = key
+    near = [(abs(k[3] - budget), k[3], r) for k, r in searches.items()
+            if k[:3] == (workload, scale, device) and k[4:] == (mode, method, allocator)
+            and getattr(r, "batch", 0) and not getattr(r, "at_limit", False)]
+    if not near:
+        return None
+    _, b, r = min(near, key=lambda t: t[0])
+    return max(1, int(r.batch * budget / b))
+
+
+def predicted_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
+                      method: str = "estimate", allocator: "str | None" = None) -> dict:
+    """``{mode: batch}`` predicted, without any new estimate, from the trials of the searches this
+    session already ran for the same workload, scale, device and mode (:data:`SEARCHES`): a
+    least-squares affine fit of the bytes against the batch, solved for the budget. A prediction,
+    not an answer (the allocator rounds, a cap is decided on reserved bytes): the widget shows it
+    while the exact search runs. Modes with fewer than two batches measured are left out."""
+    budget = int(budget_gib * 2**30)
+    out = {}
+    for m in modes:
+        points = {}
+        for k, r in SEARCHES.items():
+            if k[:3] == (workload, scale, str(device)) and k[4:] == (m, method, allocator):
+                for b, _ok, n in getattr(r, "trials", ()):
+                    if n is not None:
+                        points[int(b)] = int(n)
+        if len(points) < 2:
+            continue
+        xs, ys = list(points), [points[b] for b in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in xs)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+        if slope <= 0:
+            continue
+        out[m] = max(0, int((budget - (my - slope * mx)) // slope))
+    return out
+
+
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
                     method: str = "estimate", on_step=None, cache=None,
                     allocator: "str | None" = None) -> BudgetResult:
@@ -731,7 +793,11 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; on CUDA the answer
     comes from the caching allocator's model under the cap, ``allocator`` ``"native"`` by default
     or ``"expandable_segments"``; ``"auto"``: real runs under a memory cap on a real GPU).
-    ``cache`` (a dict) reuses answers."""
+
+    Every estimated search is kept (:data:`SEARCHES`, per workload, scale, device, mode, method,
+    allocator and budget), so a budget seen before is answered without a search, and a new one
+    starts from the answer at the nearest budget seen for that workload and mode (``hint``: fewer
+    trials, the same exact answer). ``cache`` (a dict) reuses answers too, for any method."""
     import time as _time
 
     from .batch import largest_batch
@@ -740,17 +806,26 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     budget = int(budget_gib * 2**30)
     start = _time.perf_counter()
     results = {}
+    shared = SEARCHES if method == "estimate" else None  # a real search measures today's GPU: never reused
     for i, m in enumerate(modes):
         if on_step is not None:
             on_step(i, len(modes), f"largest batch: {m}")
         key = (workload, scale, str(device), budget, m, method, allocator)
-        if cache is not None and key in cache:
-            results[m] = cache[key]
-            continue
-        results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method,
-                                   allocator=allocator)
-        if cache is not None:
-            cache[key] = results[m]
+        for store in (cache, shared):
+            if store is not None and key in store:
+                results[m] = store[key]
+                break
+        else:
+            hint = _hint(shared, key) if shared is not None else None
+            results[m] = largest_batch(workload, m, budget, device, scale=scale, method=method,
+                                       allocator=allocator, **({"hint": hint} if hint else {}))
+        for store in (cache, shared):
+            if store is not None:
+                store[key] = results[m]
+        if shared is not None:
+            shared.move_to_end(key)
+            while len(shared) > SEARCHES_MAX:
+                shared.popitem(last=False)
     if on_step is not None:
         on_step(len(modes), len(modes), "done")
     used = next((r.allocator for r in results.values() if r.allocator), None)
@@ -782,6 +857,7 @@ class BudgetExplorer(_LiveView):
         self.method = method
         self.allocator = allocator
         self.result, self.error, self.runs = None, None, 0
+        self.predicted: dict = {}  # the last prediction shown while an exact search ran
         self._cache: dict = {}
         style = {"description_width": "80px"}
         small = min(0.5, budget_gib)
@@ -858,6 +934,7 @@ class BudgetExplorer(_LiveView):
 
             try:
                 dev = _check_budget_device(self.device.value)
+                self._predict(dev)
                 res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
                                       self.modes_, method=self.method, on_step=step,
                                       cache=self._cache, allocator=self.allocator)
@@ -872,6 +949,29 @@ class BudgetExplorer(_LiveView):
                 self.dropped += 1
                 return
             self._show_outputs(res, f"{res._caption()}, {res.seconds:.1f} s")
+
+    def _predict(self, dev):
+        """While a new budget's exact search runs: the answer predicted from the searches so far
+        (:func:`predicted_batches`), in the status line, labelled as a prediction."""
+        self.predicted = {}
+        if self.method != "estimate":
+            return
+        key = (self.workload.value, self.scale.value, str(dev), int(self.budget.value * 2**30))
+        if all(key + (m, self.method, self.allocator) in SEARCHES for m in self.modes_):
+            return  # answered at once: nothing to predict
+        self.predicted = predicted_batches(*key[:3], self.budget.value, self.modes_, method=self.method,
+                                           allocator=self.allocator)
+
+    def _prediction_html(self) -> str:
+        if not self.predicted:
+            return ""
+        guess = ", ".join(f"{m} \u2248 {b}" for m, b in self.predicted.items())
+        return (f" <span class='nogradlab-prediction'>(predicted from the searches so far, an affine fit: "
+                f"{html.escape(guess)}; the exact search is running)</span>")
+
+    def _step(self, done, total, text):
+        super()._step(done, total, text)
+        self.status.value += self._prediction_html()
 
     def _show_outputs(self, res, text):
         """:meth:`_show` from any thread: the output widget's outputs set directly."""

@@ -172,12 +172,19 @@ def test_report_in_headless_chromium(tmp_path):
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             page.goto(path.resolve().as_uri())
             for cid in claims.ids():
-                row = page.locator(f"#verdict-table tr[data-claim='{cid}']")
+                row = page.locator(f"#verdict-table [data-claim='{cid}']")
                 assert row.count() == 1 and row.is_visible(), cid
-            assert page.locator("tr[data-claim='C10']").get_attribute("data-verdict") == "not run"
-            assert page.locator("tr[data-claim='C10'] .v").first.inner_text() == "not run"
-            header = page.locator("#verdict-table thead").inner_text()
-            assert "Fake GPU H999" in header and ref["meta"]["machine"] in header
+            assert page.locator("[data-claim='C10']").get_attribute("data-verdict") == "not run"
+            assert page.locator("[data-claim='C10'] .v").first.inner_text() == "not run"
+            header = page.locator("#verdict-table .head").inner_text()
+            assert "Fake GPU H999" in header
+            assert ref["meta"]["machine"] in page.locator("#columns-table").inner_text()
+            # a claim's measured figures, rule and each column's reading open on click, on the same page
+            row = page.locator("#verdict-table [data-claim='C01']")
+            assert not row.locator(".rule").is_visible()
+            row.locator("summary.row").click()
+            assert row.locator(".rule").is_visible() and "fake summary 0 <b>" in row.locator(".more").inner_text()
+            assert "Fake GPU H999" in row.locator(".refline").first.inner_text()
             imgs = page.locator("img")
             assert imgs.count() >= 2  # the verdict overview and C14's grid (nogradlab.plots)
             assert page.locator("img[alt^='C14']").count() == 1
@@ -251,3 +258,57 @@ def test_by_release_lists_the_claims_whose_verdict_changed():
     assert "id='by-release'" in page and f">{changed['id']}<" in page
     assert f"changed: {changed['id']}" in report.terminal_table(a, [("older", b)])
     assert report.by_release(a, [("same", json.loads(json.dumps(a)))]) == []  # one release: no view
+
+
+HOSTILE = "\r}*{color:red}body{background:url(http://127.0.0.1:8765/x)}x{"
+
+
+def hostile_reference(tmp_path, name=HOSTILE):
+    """A schema-valid reference column whose device name and label try to break out of the page's CSS
+    and out of a terminal's text (carriage return, form feed, quotes, backslashes, ANSI escapes)."""
+    refs_dir, ref = fake_reference(tmp_path)
+    path = refs_dir / ref["meta"]["machine"] / "claims.json"
+    doc = json.loads(path.read_text())
+    doc["meta"]["device"]["name"] = name + "\f}\"\\</style>\x1b[2J\x1b]0;pwned\x07"
+    doc["meta"]["device_label"] = name + "\x1b[2J\x9b2J label"
+    doc["meta"]["scale"] = "tiny"
+    doc["claims"][0]["summary"] = "clears the screen \x1b[2J\x1b[H and rings \x07"
+    report.validate(doc)
+    path.write_text(json.dumps(doc))
+    return refs_dir
+
+
+def _css_strings(css):
+    return re.findall(r'content:"((?:[^"\\]|\\.)*)"', css)
+
+
+def test_column_labels_in_css_cannot_end_their_string_or_the_style_block():
+    labels = [HOSTILE, "a\fb", "a\nb", 'say "hi"', "back\\slash", "</style><script>x</script>", "\x00\x1b[2J",
+              "ordinary label (cuda-nvidia-h200)"]
+    css = report._column_labels_css("t", labels)
+    assert len(_css_strings(css)) == len(labels)
+    for text in _css_strings(css):
+        # a CSS string ends at an unescaped quote or at a newline: \n, \r or \f (CSS Syntax 4.3.5)
+        assert not re.search(r'[\r\n\f"\x00-\x1f\x7f<>]', text.replace('\\"', "")), text
+        assert "url(" not in text and "}" not in text and "{" not in text
+    assert css.count("{") == css.count("}") == len(labels) + 1
+    # the ordinary label still reads as itself on the phone: letters, digits and spaces are kept
+    assert "ordinary label " in css
+
+
+def test_a_hostile_reference_name_stays_text_in_the_page(tmp_path):
+    refs = report.load_references(hostile_reference(tmp_path))
+    page = report.render_html(fake_doc(), refs=refs, chart_list=[])
+    style = page.split("<style>", 1)[1].split("</style>", 1)[0]
+    assert "url(" not in style and "color:red" not in style
+    assert "\r" not in style and "\f" not in style and "\x1b" not in page
+
+
+def test_terminal_table_prints_a_references_control_characters_as_visible_escapes(tmp_path):
+    refs = report.load_references(hostile_reference(tmp_path))
+    for color in (False, True):
+        table = report.terminal_table(fake_doc(), refs, width=140, color=color)
+        # the only escape sequences are the table's own colours (SGR: ESC [ digits ; m)
+        assert re.sub(r"\x1b\[[0-9;]*m", "", table) == re.sub(r"\x1b\[[0-9;]*m", "", table).replace("\x1b", "")
+        assert "\x1b[2J" not in table and "\x07" not in table and "\x9b" not in table and "\r" not in table
+        assert "\\x1b[2J" in table  # shown, not obeyed

@@ -70,16 +70,16 @@ def test_report_on_a_390px_phone(tmp_path, monkeypatch):
             page.locator("#notebook-table details").first.evaluate("d => d.open = true")
             assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
             assert page.evaluate("document.body.scrollWidth") <= PHONE["width"]
-            # every row and cell of the verdict table lies within the screen, labelled
-            row = page.locator("#verdict-table tr[data-claim='C01']")
-            box = row.bounding_box()
-            assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
-            label = row.locator("td").nth(4).evaluate(
-                "e => getComputedStyle(e, '::before').content")
-            assert "verdict" in label
-            ref_label = row.locator("td").nth(6).evaluate(
-                "e => getComputedStyle(e, '::before').content")
-            assert "Fake GPU" in ref_label or "cuda" in ref_label.lower()
+            # every claim lies within the screen, its chips labelled with their column; opened, too
+            row = page.locator("#verdict-table [data-claim='C01']")
+            row.locator("summary.row").click()
+            assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+            for part in [row] + row.locator(".cell").all():
+                box = part.bounding_box()
+                assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+            labels = [x.inner_text() for x in row.locator(".chip .lbl").all()]
+            assert labels[0] == "this run" and "Fake GPU" in labels[1]
+            assert all(x.is_visible() for x in row.locator(".chip .lbl").all())
             # charts fit, and the multi-panel one comes stacked (taller than wide)
             for img in page.locator("figure img").all():
                 img.scroll_into_view_if_needed()
@@ -93,6 +93,40 @@ def test_report_on_a_390px_phone(tmp_path, monkeypatch):
             page.set_viewport_size({"width": 1300, "height": 900})
             page.reload()
             assert three.evaluate("e => e.currentSrc === e.src")
-            assert page.locator("#verdict-table thead").is_visible()
+            assert page.locator("#verdict-table .head").is_visible()
+            assert not page.locator("#verdict-table .chip .lbl").first.is_visible()
         finally:
             browser.close()
+
+
+def test_a_hostile_reference_name_neither_restyles_the_phone_page_nor_fetches_anything(tmp_path):
+    """A schema-valid reference whose device name holds a carriage return and CSS: on a phone the page
+    keeps its white background and asks for nothing beyond the file itself (it is promised offline)."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    from test_report import hostile_reference
+
+    refs = report.load_references(hostile_reference(tmp_path))
+    path = report.write_html(fake_doc(), tmp_path / "out", refs=refs)
+    asked = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            ctx = browser.new_context(viewport=PHONE, device_scale_factor=1)
+
+            def route(r):
+                if not r.request.url.startswith(("file:", "data:")):
+                    asked.append(r.request.url)
+                    return r.abort()
+                return r.continue_()
+            ctx.route("**/*", route)
+            page = ctx.new_page()
+            page.goto(path.resolve().as_uri())
+            page.wait_for_load_state("load")
+            assert page.evaluate("getComputedStyle(document.body).backgroundImage") == "none"
+            assert page.evaluate("getComputedStyle(document.body).color") != "rgb(255, 0, 0)"
+        finally:
+            browser.close()
+    assert asked == []

@@ -189,3 +189,57 @@ def test_budget_widget_bursts_compute_once_for_the_last_value():
     assert bx.wait(120)
     assert bx.started == 1 and bx.runs == 2 and bx.result.budget_bytes == int(0.003 * 2**30)
     assert "0.003" in bx.status.value or "3.07 MiB" in bx.status.value or "MiB" in bx.status.value
+
+
+def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monkeypatch):
+    """The slider of notebook 02: back to a budget already shown, nothing is searched or drawn again,
+    even in a new explorer (a re-run cell); a new budget's search starts from the nearest one seen."""
+    from nogradlab import batch
+
+    widgets.SEARCHES.clear()
+    widgets._PNGS.clear()
+    calls, draws = [], []
+    real, figure = batch.largest_batch, widgets.BudgetResult.figure
+    monkeypatch.setattr(batch, "largest_batch", lambda *a, **k: calls.append(k) or real(*a, **k))
+    monkeypatch.setattr(widgets.BudgetResult, "figure", lambda self: draws.append(1) or figure(self))
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.001, interactive=True)
+    n_modes = len(bx.modes_)
+    first = bx.compute()
+    assert len(calls) == n_modes and len(draws) == 1 and not any("hint" in k for k in calls)
+    bx.budget.min, bx.budget.step = 0.0005, 0.0005
+    bx.budget.value = 0.002
+    assert bx.wait(120) and bx.runs == 2
+    assert len(calls) == 2 * n_modes
+    # each mode that fitted a batch before starts its new search there (0 fitted: no hint to give)
+    assert [bool(k.get("hint")) for k in calls[n_modes:]] == [first.batches[m] > 0 for m in bx.modes_]
+    assert len(draws) == 2
+    bx.budget.value = 0.001  # seen before
+    assert bx.wait(120) and bx.runs == 3 and bx.result.budget_bytes == int(0.001 * 2**30)
+    assert len(calls) == 2 * n_modes and len(draws) == 2
+    again = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.002, interactive=True)
+    res = again.compute()
+    assert len(calls) == 2 * n_modes and len(draws) == 2
+    # the same answers as a fresh search
+    assert res.batches == {m: real("mlp", m, int(0.002 * 2**30), "cpu", scale="tiny", method="estimate").batch
+                           for m in again.modes_}
+
+
+def test_a_new_budget_shows_a_labelled_prediction_from_earlier_searches_then_the_exact_answer():
+    widgets.SEARCHES.clear()
+    modes = ("grad", "eval+no_grad")
+    assert widgets.predicted_batches("mlp", "tiny", "cpu", 0.003, modes) == {}  # nothing searched yet
+    for gib in (0.001, 0.002):
+        widgets.largest_batches("mlp", "tiny", "cpu", gib, modes)
+    guess = widgets.predicted_batches("mlp", "tiny", "cpu", 0.003, modes)
+    exact = widgets.largest_batches("mlp", "tiny", "cpu", 0.003, modes).batches
+    assert set(guess) == set(modes)
+    for m in modes:  # CPU bytes are affine in the batch: the fit lands next to the answer
+        assert abs(guess[m] - exact[m]) <= max(2, exact[m] // 20), (m, guess, exact)
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.004, modes=modes, interactive=True)
+    shown = []
+    real_step = bx._step
+    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
+    bx.request()
+    assert bx.wait(120) and bx.runs == 1
+    assert set(bx.predicted) == set(modes) and any("predicted from the searches so far" in v for v in shown)
+    assert "predicted" not in bx.status.value  # the exact answer replaces it

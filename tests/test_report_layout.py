@@ -1,0 +1,98 @@
+"""report.html measured in headless Chromium, built from the committed reference columns (results/) as a
+real `make run` on the 2-core CPU shows them: the page reads in a minute. At 1280 px no visible cell of
+four or more words is squeezed under 120 px and every claim is listed within the first 4,000 px; at 390 px
+nothing scrolls sideways, with every claim opened too. Columns of one machine on several PyTorch releases
+fold into the by-release view; each column's age and protocol are shown."""
+import json
+
+import pytest
+
+from nogradlab import claims, report
+from test_report import CHROMIUM, CHROMIUM_ARGS, ROOT, fake_doc, fake_reference
+
+CPU = ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"
+
+# the visible cells of the page: table cells and the claim rows' cells, each with its width and words
+CELLS = """() => [...document.querySelectorAll('td, th, .cell')].filter(e => e.offsetParent !== null &&
+  getComputedStyle(e).visibility !== 'hidden').map(e => ({text: e.innerText.trim(), width: e.getBoundingClientRect().width,
+  tag: e.tagName + '.' + e.className}))"""
+
+
+@pytest.fixture(scope="module")
+def stored_report(tmp_path_factory):
+    if not CPU.is_file():
+        pytest.skip("no committed CPU reference column")
+    out = tmp_path_factory.mktemp("report")
+    doc = report.rejudged(report.load_doc(CPU))  # this run: the 2-core CPU column, as `make run` made it
+    refs = report.load_references(ROOT / "results")
+    return report.write_html(doc, out, refs=refs), doc, refs
+
+
+def test_one_machine_on_several_releases_folds_into_the_by_release_view(stored_report):
+    _, doc, refs = stored_report
+    shown, folded = report.shown_columns(refs)
+    machines = [r["meta"]["machine"] for _, r in shown]
+    assert len(machines) == len(set(machines))  # one chip column per machine and scale
+    cpu = [(n, r["meta"]["torch"]) for n, r in refs if r["meta"]["machine"] == "cpu-amd-epyc-2-threads"]
+    if len(cpu) > 1:
+        newest = max(cpu, key=lambda nt: report._release_key(nt[1]))[0]
+        assert newest in [n for n, _ in shown] and all(n in [f for f, _ in folded] for n, _ in cpu if n != newest)
+    page = report.render_html(doc, refs, chart_list=[])
+    assert page.count("<details class='claim'") == len(claims.ids())
+    assert page.count("class='cell chip'") == len(claims.ids()) * (1 + len(shown))
+
+
+def test_a_columns_age_protocol_and_old_evidence_are_shown_and_their_absence_tolerated(tmp_path):
+    refs_dir, _ = fake_reference(tmp_path)
+    path = next(refs_dir.glob("*/claims.json"))
+    ref = json.loads(path.read_text())
+    page = report.render_html(fake_doc(), report.load_references(refs_dir), chart_list=[])
+    assert "protocol not recorded" in page and "same day as this run" in page
+    ref["meta"]["protocol"] = "2"
+    ref["meta"]["generated"] = "2026-01-10T10:00:00+00:00"
+    this = fake_doc()
+    this["meta"]["generated"] = "2026-01-13T09:00:00+00:00"
+    judged = report.rejudged(ref)
+    judged["claims"][0]["scope"] = {"text": "measured long ago", "stale": "protocol 1, before warm-up was fixed"}
+    page = report.render_html(this, [("old-gpu", judged)], chart_list=[])
+    assert "protocol 2" in page and "3 days before this run" in page
+    assert "1 claim(s) on old evidence" in page and "protocol 1, before warm-up was fixed" in page
+    assert "<sup class='old'" in page
+
+
+def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    path, _, _ = stored_report
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+            page.goto(path.resolve().as_uri())
+            squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
+            assert squeezed == [], squeezed[:5]
+            bottoms = page.eval_on_selector_all(
+                "#verdict-table details.claim > summary",
+                "els => els.map(e => e.getBoundingClientRect().bottom + window.scrollY)")
+            assert len(bottoms) == len(claims.ids())
+            assert max(bottoms) <= 4000, f"the last claim ends at {max(bottoms):.0f} px"
+            # the article's table against this run leads, above the claims
+            lead = page.locator(".lead-chart img")
+            if lead.count():
+                assert lead.bounding_box()["y"] < page.locator("#claims").bounding_box()["y"]
+
+            width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+            for w in (1920, 1024, 800):  # wider and narrower desktops: nothing squeezed, nothing sideways
+                page.set_viewport_size({"width": w, "height": 900})
+                squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
+                assert page.evaluate(width) <= w and (w < 1024 or squeezed == []), (w, squeezed[:3])
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.reload()
+            width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+            assert page.evaluate(width) <= 390
+            page.eval_on_selector_all("details", "ds => ds.forEach(d => d.open = true)")
+            assert page.evaluate(width) <= 390
+        finally:
+            browser.close()
