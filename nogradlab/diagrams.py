@@ -482,7 +482,7 @@ def inference_rules() -> Figure:
     tests = [
         ("has a version counter", lambda t: t._version is not None, "yes", "no"),
         ("a view of it is tracked", lambda t: t[:2]._is_view(), "yes", "no"),
-        ("w + t\n(t not saved)", lambda t: w + t is not None, "works", "refused"),
+        ("w + t, t not saved\n(runs today, not promised)", lambda t: w + t is not None, "works", "refused"),
         ("w * t\n(t saved for backward)", lambda t: w * t is not None, "works", "refused"),
         ("t.add_(1)\n(in place)", lambda t: t.add_(1) is not None, "works", "refused"),
     ]
