@@ -130,7 +130,7 @@ def stale_imports(names=SESSION_LIBRARIES) -> list:
             installed = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
-        if installed != running:
+        if installed.split("+")[0] != running.split("+")[0]:  # a wheel's local tag (+cu130) may be in one only
             stale.append((name, running, installed))
     return stale
 
