@@ -12,19 +12,23 @@ nothing registered with pyplot).
 * :func:`request_timeline` - an event loop's grad mode over time while requests await (07).
 * :func:`named_graph` - one tensor's autograd graph with its parameters named (08).
 * :func:`inference_rules` - what a tensor made under each mode may do outside it, tried live (09).
+* :func:`modes_table` - grad, ``requires_grad_(False)``, ``no_grad``, ``inference_mode``, ``eval()`` side by
+  side, each cell found by running it (00).
 """
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+import warnings
 
 import torch
 
 from .plots import Figure
 
 __all__ = ["autograd_graph", "graph_nodes", "grad_mode_timeline", "eval_grad_grid", "allocator_segments",
-           "where_memory_goes", "autocast_grid", "request_timeline", "named_graph", "inference_rules"]
+           "where_memory_goes", "autocast_grid", "request_timeline", "named_graph", "inference_rules",
+           "modes_table"]
 
 _ON, _OFF, _SAVED, _LEAF = "#2c7fb8", "#d95f0e", "#fdd49e", "#c7e9c0"
 
@@ -482,7 +486,7 @@ def inference_rules() -> Figure:
     tests = [
         ("has a version counter", lambda t: t._version is not None, "yes", "no"),
         ("a view of it is tracked", lambda t: t[:2]._is_view(), "yes", "no"),
-        ("w + t\n(t not saved)", lambda t: w + t is not None, "works", "refused"),
+        ("w + t, t not saved\n(runs today, not promised)", lambda t: w + t is not None, "works", "refused"),
         ("w * t\n(t saved for backward)", lambda t: w * t is not None, "works", "refused"),
         ("t.add_(1)\n(in place)", lambda t: t.add_(1) is not None, "works", "refused"),
     ]
@@ -502,3 +506,98 @@ def inference_rules() -> Figure:
     ax.set_title("Outside its mode, what a tensor made under each mode may do (tried just now)", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------------------------------------------ 00: the modes side by side
+
+_ROWS = [  # (property, lesson that shows it)
+    ("records a graph (`grad_fn`)", "01_what_no_grad_does.ipynb"),
+    ("saves tensors for backward", "02_inside_the_engine.ipynb"),
+    ("bumps the version counter of what it makes", "09_beyond_no_grad.ipynb"),
+    ("tracks views of what it makes", "09_beyond_no_grad.ipynb"),
+    ("forward-mode AD", "09_beyond_no_grad.ipynb"),
+    ("its results usable in training later", "09_beyond_no_grad.ipynb"),
+    ("changes layers (Dropout, BatchNorm)", "04_eval_vs_no_grad.ipynb"),
+    ("a thread started inside sees it", "07_production_serving.ipynb"),
+]
+
+
+def _mode_facts(prepare, context) -> list:
+    """The eight facts of one way of running a model (``prepare`` the model, then run under ``context``), each
+    found by running it: [True/False/str] in the order of ``_ROWS``."""
+    import torch.autograd.forward_ad as fwAD  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Dropout(0.5))
+    prepare(model)
+    x = torch.ones(4, 64)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t), context():
+        out = model(x)
+        again = model(x)
+        made = x * 2
+        try:
+            version = made._version
+            made.add_(1)
+            bumps = made._version > version
+        except RuntimeError:  # an inference tensor has no version counter
+            bumps = False
+        view = made[:1]._is_view()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # forward AD's first use warns about torch.jit.script
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(torch.ones(3), torch.ones(3))
+            with context():
+                forward_ad = fwAD.unpack_dual(dual * 2).tangent is not None
+    try:
+        (torch.ones(64, requires_grad=True) * out).sum().backward()
+        later = True
+    except RuntimeError:
+        later = False
+    seen = {}
+
+    def worker():
+        seen["graph"] = model(x).grad_fn is not None
+        seen["layers"] = torch.equal(model(x), model(x))
+
+    with context():
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    graph, layers = out.grad_fn is not None, torch.equal(out, again)
+    switched = (not graph) or layers  # this way changes something against grad on
+    thread = "" if not switched else ("no" if (seen["graph"], seen["layers"]) != (graph, layers) else "yes")
+    return [graph, bool(saved), bumps, view, forward_ad, later, layers, thread]
+
+
+def modes_table():
+    """grad on, ``requires_grad_(False)``, ``no_grad``, ``inference_mode`` and ``model.eval()`` side by side:
+    records a graph, saves tensors, bumps version counters, tracks views, forward-mode AD, results usable in
+    training later, changes layers, seen by a thread started inside. Every cell is found by running it now
+    (a small Linear + Dropout model), and links to the lesson that shows it. A Markdown table."""
+    import contextlib  # noqa: PLC0415
+
+    from IPython.display import Markdown  # noqa: PLC0415
+
+    none = contextlib.nullcontext
+    ways = {
+        "grad on": (lambda m: None, none),
+        "`requires_grad_(False)`": (lambda m: m.requires_grad_(False), none),
+        "`no_grad()`": (lambda m: None, torch.no_grad),
+        "`inference_mode()`": (lambda m: None, torch.inference_mode),
+        "`model.eval()`": (lambda m: m.eval(), none),
+    }
+    facts = {name: _mode_facts(*way) for name, way in ways.items()}
+    with torch.inference_mode():
+        inference_out = torch.ones(1)
+    lines = ["| | " + " | ".join(ways) + " |", "|---" * (len(ways) + 1) + "|"]
+    for i, (label, lesson) in enumerate(_ROWS):
+        cells = []
+        for name in ways:
+            v = facts[name][i]
+            text = v if isinstance(v, str) else ("yes" if v else "no")
+            if text and name == "`inference_mode()`" and i == 5 and inference_out.is_inference():
+                text += " (the contract)" if not v else " (today; the contract says no)"
+            cells.append(f"[{text}]({lesson})" if text else "")
+        lines.append(f"| [{label}]({lesson}) | " + " | ".join(cells) + " |")
+    return Markdown("\n".join(lines))

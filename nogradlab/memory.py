@@ -1251,3 +1251,12 @@ def _assemble(rec, held_bytes: int) -> list:
     out.append(("empty_cache",))
     out += [e for e in ev[i_model + 1:] if e[0] != "mark"]
     return out
+
+
+def estimate_sweep(workload, batches, settings=("eval+grad", "eval+no_grad"), **kwargs) -> list:
+    """:func:`estimate` for every batch x setting, as rows of dicts (``batch``, ``setting``, ``total_peak_bytes``,
+    ``saved_bytes``...) for :func:`nogradlab.plots.memory_vs_batch`; cached for the process. The public name of
+    ``nogradlab.claims.measure.estimate_sweep`` (keywords: ``device="cuda"``, ``scale="full"``, ``seq_lens``)."""
+    from .claims.measure import estimate_sweep as sweep
+
+    return sweep(workload, batches, settings, **kwargs)

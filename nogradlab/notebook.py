@@ -19,7 +19,7 @@ import torch
 from . import device as _device
 from . import workloads as _workloads
 
-__all__ = ["setup", "hardware_line", "scale_note", "quiet_cpu_only_torch", "SWEEP_KINDS"]
+__all__ = ["setup", "hardware_line", "scale_note", "quiet_cpu_only_torch", "check_session", "SWEEP_KINDS"]
 
 # sweep parameter name -> what it must hold: "count", positive integers (one or a list of them), or
 # "number", positive numbers. Any of them may be None: the check's own default.
@@ -108,3 +108,40 @@ def scale_note(dev, scale: str) -> str:
     shrunk = {"tiny": "models shrunk to run in seconds", "small": "reduced model sizes"}.get(scale, "full-size models")
     return (f"note: measured {where} with {shrunk}: times and bytes here are not your GPU's at the article's "
             f"sizes; the mechanisms are the same. On a GPU run with device='cuda', scale='full'.")
+
+
+# the libraries a notebook session may have imported before its first cell installed nogradlab (on Colab, say)
+SESSION_LIBRARIES = ("torch", "torchvision", "numpy", "pandas", "matplotlib", "ipywidgets", "tqdm")
+
+
+def stale_imports(names=SESSION_LIBRARIES) -> list:
+    """[(name, version this session runs, version now installed)] for each library that this session has
+    imported and that pip has since replaced on disk: the session keeps running the old code until it restarts."""
+    import importlib.metadata
+    import sys
+
+    stale = []
+    for name in names:
+        module = sys.modules.get(name)
+        running = getattr(module, "__version__", None)
+        if not isinstance(running, str):
+            continue
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if installed.split("+")[0] != running.split("+")[0]:  # a wheel's local tag (+cu130) may be in one only
+            stale.append((name, running, installed))
+    return stale
+
+
+def check_session() -> None:
+    """Raise RuntimeError saying to restart when an install replaced a library this session had already imported
+    (the notebooks' first cell calls it after installing nogradlab on Colab); quiet otherwise, so a notebook
+    goes on without a restart when none is needed."""
+    stale = stale_imports()
+    if stale:
+        what = ", ".join(f"{n} (running {r}, installed {i})" for n, r, i in stale)
+        raise RuntimeError(f"pip replaced {what}, which this session had already imported: restart the session "
+                           "(on Colab: Runtime > Restart session), then run the notebook again from the top; "
+                           "nogradlab stays installed.")

@@ -566,7 +566,8 @@ def test_nothing_but_setup_and_parameters_before_the_goals(stem):
     assert kinds == ["code", "parameters"], f"{stem}: before the goals come the title, one setup cell and the " \
         f"parameters; found {kinds}"
     setup = before[0].source
-    assert len(setup.split("\n")) <= 10, f"{stem}: the setup cell is {len(setup.splitlines())} lines; keep it short"
+    # 12: the checkout or installed package, Colab's own install (two lines), the message naming the pip line
+    assert len(setup.split("\n")) <= 12, f"{stem}: the setup cell is {len(setup.splitlines())} lines; keep it short"
     assert not re.search(r"^\s*print\(", setup, re.M), f"{stem}: the setup cell prints nothing until it is needed"
 
 

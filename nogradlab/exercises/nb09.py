@@ -100,8 +100,10 @@ def _(a):
                                  "tensor saved for backward outside the mode, which is refused"),
         ("t.requires_grad_()", "making an inference tensor require grad outside the mode is refused too: it "
                                "would become a leaf autograd tracks; clone it first"),
-        ("torch.cat([w, t])", "cat saves no tensor for backward (only the sizes, to split the gradient), so t "
-                              "may be its input: it works and the result has a grad_fn"),
+        ("torch.cat([w, t])", "cat saves no tensor for backward (only the sizes, to split the gradient), so this "
+                              "release lets t be its input: it runs and the result has a grad_fn. The docs' "
+                              "contract still rules it out (inference tensors are not for computations autograd "
+                              "records), so it is current behaviour, not a guarantee"),
         ("t.sin()", "t.sin() outside the mode is an ordinary operation on a tensor that does not require grad: "
                     "nothing is recorded, nothing is saved; it works"),
     ):
