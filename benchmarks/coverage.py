@@ -4,7 +4,7 @@ Two figures, each before (the protocol up to commit e625ac3: rotated order, pair
 bootstrap of the ratio of medians at every look, a look every ``rounds // 2`` rounds, one timing
 to calibrate a sample) and after (today's :func:`nogradlab.timing.run_rounds`: a random order per
 round, the signed-rank interval of the paired log-ratios, looks at ``rounds * 2**j`` each read at
-``1 - 0.05 / looks``, the fastest of three timings to calibrate):
+``1 - 0.05 / looks``, the fastest of five timings to calibrate):
 
 1. **real A/A runs on this CPU**: one function (``x @ x``, 64x64, one thread) timed as two cases
    "a" and "b", so the true ratio is 1, with ``rounds=10, until=resolves([1.0]), max_rounds=40``
@@ -100,8 +100,8 @@ def old_rounds(sample, names, baseline=None, *, rounds=10, until=None, max_round
 
 
 PROTOCOLS = {"before": old_rounds, "after": timing.run_rounds}
-#: calls of timing._calibrate: the old protocol timed a sample once, today's takes the fastest of three
-CALIBRATION_REPEATS = {"before": 1, "after": 3}
+#: timings in timing._calibrate: the old protocol timed a sample once, today's takes the fastest of five
+CALIBRATION_REPEATS = {"before": 1, "after": 5}
 
 
 # --------------------------------------------------------------------------------------------

@@ -75,7 +75,6 @@ from torch.utils.benchmark import Timer  # noqa: E402
 from nogradlab import device as _device
 
 __all__ = [
-    "NOISY_THRESHOLD",
     "BOOTSTRAP_RESAMPLES",
     "CONFIDENCE",
     "INTERVAL_METHOD",
@@ -98,12 +97,6 @@ __all__ = [
     "gpu_state",
     "timing_state",
 ]
-
-#: A measurement whose IQR is more than this fraction of its median is flagged ``noisy``.
-#: 0.1 (10 %) is the same threshold at which ``torch.utils.benchmark.Measurement`` starts warning
-#: about "system fluctuation". A noisy result is not wrong, but differences smaller than the spread
-#: should not be read into; rerun on a quieter machine or with a longer ``min_run_time``.
-NOISY_THRESHOLD = 0.1
 
 #: Number of bootstrap resamples of :func:`bootstrap_ratio` (and of the old :func:`bootstrap_speedup`).
 BOOTSTRAP_RESAMPLES = 2000
@@ -146,9 +139,12 @@ class Timing:
 
     ``times`` holds one entry per sample: the per-call time of that sample in seconds (a sample is
     ``number_per_sample`` back-to-back calls, divided by ``number_per_sample``). ``median`` and
-    ``iqr`` (75th minus 25th percentile) are computed from ``times``. ``noisy`` is true when
-    ``iqr / median`` exceeds :data:`NOISY_THRESHOLD`. ``threads`` is the torch CPU thread count the
-    function ran with and ``device`` the device the clock was synchronized with.
+    ``iqr`` (75th minus 25th percentile) are computed from ``times``; ``relative_iqr`` is their
+    ratio, a description of the spread. (There is no "noisy" flag any more: a flag on one case's
+    spread decided nothing, and the spread that matters, that of the paired ratios, is priced into
+    :func:`compare`'s interval. Stored columns that carry ``"noisy"`` still load:
+    :meth:`from_dict`.) ``threads`` is the torch CPU thread count the function ran with and
+    ``device`` the device the clock was synchronized with.
     """
 
     label: str
@@ -156,7 +152,6 @@ class Timing:
     iqr: float
     times: list[float]
     number_per_sample: int
-    noisy: bool
     threads: int
     device: str
 
@@ -180,8 +175,6 @@ class Timing:
                 f"(n={self.samples} samples x {self.number_per_sample} calls)")
         if self.label:
             text = f"{self.label}: {text}"
-        if self.noisy:
-            text += f" [noisy: IQR is {self.relative_iqr:.0%} of median]"
         return text
 
     def to_dict(self) -> dict:
@@ -190,6 +183,13 @@ class Timing:
         out["mean"] = self.mean
         out["relative_iqr"] = self.relative_iqr
         return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Timing":
+        """A ``Timing`` from :meth:`to_dict`'s output, also from a stored column's, whose entries may
+        carry keys no longer kept (``noisy``) or derived (``mean``, ``relative_iqr``, ``speedup``)."""
+        return cls.from_samples(d["times"], d["number_per_sample"], label=d.get("label", ""),
+                                threads=d["threads"], device=d["device"])
 
     @classmethod
     def from_samples(cls, times, number_per_sample: int, *, label: str = "", threads: int,
@@ -202,10 +202,8 @@ class Timing:
         # Linear-interpolated quantiles, as torch.utils.benchmark.Measurement computes them.
         q1, median, q3 = (float(q) for q in np.quantile(arr, (0.25, 0.5, 0.75)))
         iqr = q3 - q1
-        noisy = (iqr / median > NOISY_THRESHOLD) if median > 0 else True
         return cls(label=label, median=median, iqr=iqr, times=times,
-                   number_per_sample=int(number_per_sample), noisy=bool(noisy),
-                   threads=int(threads), device=str(device))
+                   number_per_sample=int(number_per_sample), threads=int(threads), device=str(device))
 
 
 @dataclass
@@ -276,18 +274,16 @@ class Comparison:
             raise KeyError(f"unknown case {name!r}; allowed: {', '.join(map(repr, self.timings))}")
 
     def to_frame(self):
-        """A pandas DataFrame, one row per case: case, median_ms, iqr_ms, speedup, ci_low, ci_high,
-        noisy."""
+        """A pandas DataFrame, one row per case: case, median_ms, iqr_ms, speedup, ci_low, ci_high."""
         import pandas as pd
 
         rows = []
         for name, t in self.timings.items():
             low, high = self.ci[name]
             rows.append({"case": name, "median_ms": t.median * 1e3, "iqr_ms": t.iqr * 1e3,
-                         "speedup": self.speedup[name], "ci_low": low, "ci_high": high,
-                         "noisy": t.noisy})
+                         "speedup": self.speedup[name], "ci_low": low, "ci_high": high})
         return pd.DataFrame(rows, columns=["case", "median_ms", "iqr_ms", "speedup", "ci_low",
-                                           "ci_high", "noisy"])
+                                           "ci_high"])
 
     def to_dict(self) -> dict:
         return {
@@ -325,8 +321,7 @@ class Comparison:
                   + (f" (each of {len(self.looks)} looks at {self.look_confidence:.2%})"
                      if len(self.looks) > 1 else ""))
         unit = _unit_for(min(t.median for t in self.timings.values()))
-        rows = [("case", "median", "IQR", "calls", "speedup", f"{CONFIDENCE:.0%} CI", "time saved",
-                 "")]
+        rows = [("case", "median", "IQR", "calls", "speedup", f"{CONFIDENCE:.0%} CI", "time saved")]
         for name, t in self.timings.items():
             low, high = self.ci[name]
             rows.append((
@@ -337,7 +332,6 @@ class Comparison:
                 f"{self.speedup[name]:.3f}x",
                 f"[{low:.3f}, {high:.3f}]",
                 f"{self.time_saved(name):+.1%}",
-                "noisy" if t.noisy else "",
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [header]
@@ -718,7 +712,7 @@ def bootstrap_speedup(samples: Mapping[str, "list[float]"], baseline: str,
     return speedup, ci
 
 
-def _calibrate(timer: Timer, target: float, repeats: int = 3) -> int:
+def _calibrate(timer: Timer, target: float, repeats: int = 5) -> int:
     """Calls per sample so that one sample takes about ``target`` seconds (at least 1 call).
 
     The per-call time is the fastest of ``repeats`` timings: on a shared machine one timing can be

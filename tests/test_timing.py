@@ -46,25 +46,33 @@ def test_measure_basic():
     assert t.device == "cpu"
     assert t.label == "mm"
     assert t.mean > 0
-    assert t.noisy == (t.relative_iqr > timing.NOISY_THRESHOLD)
+    assert t.relative_iqr == t.iqr / t.median
     d = t.to_dict()
     assert d["median"] == t.median and d["times"] == t.times and "relative_iqr" in d
+    assert "noisy" not in d and Timing.from_dict(d) == t
     s = str(t)
     assert "IQR" in s and f"n={len(t.times)} samples x {t.number_per_sample} calls" in s
 
 
 def test_timing_str_format():
     t = Timing(label="", median=0.0123, iqr=0.0004, times=[0.0123] * 20, number_per_sample=5,
-               noisy=False, threads=2, device="cpu")
+               threads=2, device="cpu")
     assert str(t) == "12.3 ms \u00b1 0.40 ms IQR (n=20 samples x 5 calls)"
     assert t.relative_iqr == pytest.approx(0.0004 / 0.0123)
 
 
-def test_timing_from_samples_flags_noise():
+def test_timing_from_samples_describes_the_spread():
     quiet = Timing.from_samples([1.0, 1.01, 1.02, 0.99], 1, threads=1, device="cpu")
-    noisy = Timing.from_samples([1.0, 2.0, 3.0, 4.0], 1, threads=1, device="cpu")
-    assert not quiet.noisy and noisy.noisy
-    assert noisy.median == 2.5 and noisy.iqr == pytest.approx(1.5)
+    spread = Timing.from_samples([1.0, 2.0, 3.0, 4.0], 1, threads=1, device="cpu")
+    assert quiet.relative_iqr < 0.05 and spread.relative_iqr == pytest.approx(0.6)
+    assert spread.median == 2.5 and spread.iqr == pytest.approx(1.5)
+
+
+def test_a_stored_timing_with_a_noisy_flag_still_loads():
+    stored = {"label": "grad", "median": 2.5, "iqr": 1.5, "times": [1.0, 2.0, 3.0, 4.0], "number_per_sample": 3,
+              "noisy": True, "threads": 2, "device": "cpu", "mean": 2.5, "relative_iqr": 0.6, "speedup": 1.0}
+    t = Timing.from_dict(stored)
+    assert t.times == stored["times"] and t.median == 2.5 and t.number_per_sample == 3 and not hasattr(t, "noisy")
 
 
 def test_measure_threads_restored_and_recorded():
@@ -157,8 +165,7 @@ def test_compare_more_work_is_slower():
     assert lo <= c.time_saved("fast") <= hi
 
     frame = c.to_frame()
-    assert list(frame.columns) == ["case", "median_ms", "iqr_ms", "speedup", "ci_low", "ci_high",
-                                   "noisy"]
+    assert list(frame.columns) == ["case", "median_ms", "iqr_ms", "speedup", "ci_low", "ci_high"]
     assert list(frame["case"]) == ["slow", "fast"]
     assert frame.loc[1, "median_ms"] == pytest.approx(c.timings["fast"].median * 1e3)
     d = c.to_dict()
