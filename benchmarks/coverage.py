@@ -3,7 +3,7 @@
 Two figures, each before (the protocol up to commit e625ac3: rotated order, paired percentile
 bootstrap of the ratio of medians at every look, a look every ``rounds // 2`` rounds, one timing
 to calibrate a sample) and after (today's :func:`nogradlab.timing.run_rounds`: a random order per
-round, the signed-rank interval of the paired log-ratios, looks at ``rounds * 2**j`` each read at
+round, the signed-rank interval of the paired log-ratios, looks at ``rounds`` x 1, 1.5, 2, 3, 4 each read at
 ``1 - 0.05 / looks``, the fastest of five timings to calibrate):
 
 1. **real A/A runs on this CPU**: one function (``x @ x``, 64x64, one thread) timed as two cases
@@ -236,6 +236,25 @@ def simulate(method: str, runs: int, seed: int = 0, ratio: float = 1.0, edges=(1
             "median_width": float(np.median(widths))}
 
 
+def widths(n: int, runs: int, seed: int = 2, per_call: float = 20e-6, min_run_time: float = 0.1) -> dict:
+    """Median width (high / low) of three intervals read from the *same* simulated rounds (``n`` of
+    them, random order, A/A): the old 95 % bootstrap, today's 95 % signed-rank interval (a fixed
+    comparison) and today's at a look's share of the claim checks' five looks (99 %, an adaptive
+    comparison stopped at that look)."""
+    rng = np.random.default_rng(seed)
+    out = {"bootstrap 95 %": [], "signed-rank 95 %": [], f"signed-rank {timing.look_confidence(5):.0%}": []}
+    for i in range(runs):
+        machine = SimMachine(rng, {"a": per_call, "b": per_call})
+        number = {k: timing._calibrate(machine.timer(k), min_run_time / n, repeats=5) for k in ("a", "b")}
+        c = timing.run_rounds(machine.sampler(number), ["a", "b"], "a", rounds=n, seed=i, number=number)
+        t = {k: c.timings[k].times for k in ("a", "b")}
+        for (name, ci) in zip(out, (timing.bootstrap_speedup(t, "a", seed=i)[1]["b"],
+                                    timing.paired_speedup(t, "a")[1]["b"],
+                                    timing.paired_speedup(t, "a", confidence=timing.look_confidence(5))[1]["b"])):
+            out[name].append(ci[1] / ci[0])
+    return {k: float(np.median(v)) for k, v in out.items()}
+
+
 # --------------------------------------------------------------------------------------------
 # real A/A runs
 
@@ -331,6 +350,10 @@ def main(argv=None) -> None:
             for m in methods:
                 r = simulate(m, a.sim_runs, seed=1, **kw)
                 print(_row(r, what) + f"  median width hi/lo {r['median_width']:.3f}", flush=True)
+        for n in (10, 40):
+            w = widths(n, min(a.sim_runs, 500))
+            print(f"median width (high/low) of intervals from the same {n} simulated A/A rounds, {min(a.sim_runs, 500)} "
+                  "runs: " + ", ".join(f"{k} {v:.3f}" for k, v in w.items()), flush=True)
     if a.only in (None, "real"):
         print(f"\n(a) real A/A runs on this CPU (x @ x, 64x64, 1 thread, min_run_time 0.02 s), {a.real_runs} "
               "runs per row (rounds=10, until=resolves([1.0]), max_rounds=40):")

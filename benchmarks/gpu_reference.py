@@ -164,8 +164,8 @@ def estimate_vs_real(dev, names, scale) -> list:
 REFERENCE_PARAMS = {"C04": {"real_search": "all"}, "C09": {"real_search": "all"}}
 
 #: the timing knobs of the reference run on a GPU (nogradlab.claims.measure._knobs reads them from the
-#: params): twice a learner's minimum rounds and 4x their sample length (20 ms), looks at 20, 40 and
-#: 80 rounds, up to 4 s of rounds a condition; a learner's GPU notebook takes 10 rounds of 10 ms, 1.5 s
+#: params): twice a learner's minimum rounds and 4x their sample length (20 ms), looks at 20, 30, 40, 60
+#: and 80 rounds, up to 4 s of rounds a condition; a learner's GPU notebook takes 10 rounds of 10 ms, 1.5 s
 REFERENCE_TIMING = {"rounds": 20, "min_run_time": 0.4, "max_rounds": 80, "time_budget": 4.0}
 
 

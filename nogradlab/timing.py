@@ -26,7 +26,7 @@ Why the interval holds (the protocol's own argument, checked by ``benchmarks/cov
   run, whatever it does). The signed-rank interval is exact under that symmetry at any number of
   rounds: no normal approximation, no bootstrap that is too narrow at 10 rounds.
 * Adaptive stopping (``until``) looks at the intervals only at pre-set round counts
-  (:func:`looks`: ``rounds``, twice that, four times, ... up to ``max_rounds``), and every look's
+  (:func:`looks`: ``rounds``, 1.5x, 2x, 3x, 4x that, ... up to ``max_rounds``), and every look's
   interval is computed at ``1 - 0.05 / looks`` (a union bound over the looks), so the interval
   reported when the rounds stop covers at 95 % whichever look they stopped at and why.
 
@@ -488,17 +488,23 @@ def measure(fn: Callable[[], object], device=None, min_run_time: float = 0.2, wa
 # --------------------------------------------------------------------------------------------
 
 def looks(rounds: int, max_rounds: "int | None" = None) -> tuple[int, ...]:
-    """The round counts at which an adaptive comparison looks at its intervals: ``rounds``, then
-    twice as many each time, and ``max_rounds`` last (``looks(10, 40) == (10, 20, 40)``,
-    ``looks(6, 14) == (6, 12, 14)``). Set before the first round, so that each look's interval can
-    be given its share of the 5 % (:func:`look_confidence`). ``max_rounds`` None: one look."""
+    """The round counts at which an adaptive comparison looks at its intervals: ``rounds`` times 1,
+    1.5, 2, 3, 4, 6, 8, ... (rounded up), and ``max_rounds`` last (``looks(10, 40) == (10, 15, 20,
+    30, 40)``, ``looks(6, 14) == (6, 9, 12, 14)``). Set before the first round, so that each look's
+    interval can be given its share of the 5 % (:func:`look_confidence`); steps of 1.5x and 1.33x
+    let a time budget stop the rounds near it without a look ever ending past it. ``max_rounds``
+    None: one look."""
     rounds = _check_int("rounds", rounds, 2)
     if max_rounds is None:
         return (rounds,)
     max_rounds = _check_int("max_rounds", max_rounds, rounds)
-    out = [rounds]
-    while out[-1] * 2 < max_rounds:
-        out.append(out[-1] * 2)
+    out, j = [rounds], 1
+    while True:
+        nxt = math.ceil(rounds * 2 ** (j // 2) * (1.5 if j % 2 else 1.0))
+        if nxt >= max_rounds:
+            break
+        out.append(nxt)
+        j += 1
     if out[-1] != max_rounds:
         out.append(max_rounds)
     return tuple(out)
@@ -506,7 +512,7 @@ def looks(rounds: int, max_rounds: "int | None" = None) -> tuple[int, ...]:
 
 def look_confidence(n_looks: int, confidence: float = CONFIDENCE) -> float:
     """The confidence of each look's interval so that all ``n_looks`` together miss with at most
-    ``1 - confidence`` (a union bound: 3 looks at 95 % are each read at 98.33 %)."""
+    ``1 - confidence`` (a union bound: 5 looks at 95 % are each read at 99 %)."""
     return 1.0 - (1.0 - confidence) / _check_int("n_looks", n_looks, 1)
 
 
@@ -759,7 +765,7 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     **Stopping when it knows enough.** With ``until`` (a function of the comparison so far, true when
     its intervals are narrow enough for the question asked: :func:`resolves` builds one from a
     rule's band edges), ``rounds`` is the minimum, and ``until`` is asked at each of the pre-set
-    :func:`looks` (``rounds``, ``2 * rounds``, ``4 * rounds``, ... and ``max_rounds``, default
+    :func:`looks` (``rounds``, 1.5x, 2x, 3x, 4x that, ... and ``max_rounds``, default
     ``4 * rounds``); rounds go on while it says no, up to ``max_rounds``, or until the rounds have
     taken ``time_budget`` seconds or the next look would end past it (default: no limit). Each
     look's intervals are read at ``1 - 0.05 / len(looks)``, so ``ci`` covers at 95 % when the rounds

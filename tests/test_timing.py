@@ -342,9 +342,9 @@ def test_compare_stops_as_soon_as_until_decides():
 def test_compare_goes_on_in_blocks_until_its_most_rounds():
     seen = []
     c = compare(_two(), rounds=6, max_rounds=14, until=lambda cmp: seen.append(cmp.rounds) or False, **FAST)
-    # asked at the pre-set looks: the minimum, twice it, ... and the most rounds last
-    assert seen == [6, 12, 14] and c.rounds == 14 and c.stopped == "max rounds" and not c.decided
-    assert c.looks == (6, 12, 14) and c.look_confidence == pytest.approx(1 - 0.05 / 3)
+    # asked at the pre-set looks: the minimum, 1.5x, 2x it, ... and the most rounds last
+    assert seen == [6, 9, 12, 14] and c.rounds == 14 and c.stopped == "max rounds" and not c.decided
+    assert c.looks == (6, 9, 12, 14) and c.look_confidence == pytest.approx(1 - 0.05 / 4)
     assert len(c.timings["a"].times) == 14 and "undecided" in str(c)
 
 
@@ -385,10 +385,12 @@ def test_resolves_waits_while_an_interval_straddles_an_edge():
 
 # -- the interval and its looks --------------------------------------------------------------------
 
-def test_looks_double_up_to_the_most_rounds():
-    assert timing.looks(10, 40) == (10, 20, 40)
-    assert timing.looks(10, 30) == (10, 20, 30)
-    assert timing.looks(6, 14) == (6, 12, 14)
+def test_looks_grow_by_half_and_a_third_up_to_the_most_rounds():
+    assert timing.looks(10, 40) == (10, 15, 20, 30, 40)
+    assert timing.looks(10, 30) == (10, 15, 20, 30)
+    assert timing.looks(20, 80) == (20, 30, 40, 60, 80)
+    assert timing.looks(6, 14) == (6, 9, 12, 14)
+    assert timing.looks(10, 1000)[-3:] == (640, 960, 1000)
     assert timing.looks(10, 10) == (10,) and timing.looks(10) == (10,)
     assert timing.look_confidence(1) == 0.95 and timing.look_confidence(4) == pytest.approx(0.9875)
     with pytest.raises(ValueError, match="max_rounds must be an integer >= 10"):
@@ -444,17 +446,17 @@ def test_adaptive_intervals_are_read_at_each_looks_share_and_until_sees_them():
     rng = np.random.default_rng(0)
     c = timing.run_rounds(lambda n: float(rng.lognormal(0, 0.1)), ["a", "b"], rounds=10, until=until,
                           max_rounds=40, seed=1)
-    assert [s[0] for s in seen] == [10, 20, 40] and c.stopped == "max rounds"
-    assert all(s[1] == pytest.approx(1 - 0.05 / 3) for s in seen)
+    assert [s[0] for s in seen] == [10, 15, 20, 30, 40] and c.stopped == "max rounds"
+    assert all(s[1] == pytest.approx(1 - 0.05 / 5) for s in seen)
     t = c.timings
-    assert c.ci["b"] == paired_speedup({"a": t["a"].times, "b": t["b"].times}, "a", confidence=1 - 0.05 / 3)[1]["b"]
+    assert c.ci["b"] == paired_speedup({"a": t["a"].times, "b": t["b"].times}, "a", confidence=1 - 0.05 / 5)[1]["b"]
     # a fixed comparison reads its one look at 95 %: narrower than the same rounds read at a look's share
     fixed = paired_speedup({"a": t["a"].times, "b": t["b"].times}, "a")[1]["b"]
     assert fixed[0] >= c.ci["b"][0] and fixed[1] <= c.ci["b"][1] and fixed != c.ci["b"]
 
 
 def test_time_budget_starts_no_look_it_would_end_past():
-    """A clock injected: each sample takes 1 s, so a round of two cases 2 s. Looks at 4, 8, 16."""
+    """A clock injected: each sample takes 1 s, so a round of two cases 2 s. Looks at 4, 6, 8, 12, 16."""
     t = [0.0]
 
     def sample(name):
@@ -466,9 +468,9 @@ def test_time_budget_starts_no_look_it_would_end_past():
         return timing.run_rounds(sample, ["a", "b"], rounds=4, max_rounds=16, until=lambda c: False,
                                  time_budget=budget, clock=lambda: t[0])
 
-    c = run(10.0)  # 8 s after 4 rounds; the look at 8 would end at 16 s
+    c = run(10.0)  # 8 s after 4 rounds; the look at 6 would end at 12 s
     assert c.rounds == 4 and c.stopped == "time budget" and c.seconds == 8.0
-    c = run(20.0)  # to 8 rounds (16 s); the look at 16 would end at 32 s
+    c = run(20.0)  # to 6 and 8 rounds (16 s); the look at 12 would end at 24 s
     assert c.rounds == 8 and c.stopped == "time budget"
     c = run(32.0)
     assert c.rounds == 16 and c.stopped == "max rounds" and c.seconds == 32.0

@@ -45,7 +45,7 @@ READINGS = ("agrees", "disagrees", "unresolved")
 
 #: the fewest paired rounds a timed condition's interval is read from: the claim checks' first look
 #: (nogradlab.timing.looks). The signed-rank interval is exact at any number of rounds, but read at
-#: 98.3 % (the first of three looks) over fewer than 10 rounds it spans most of their range
+#: 99 % (the first of five looks) over fewer than 10 rounds it spans most of their range
 #: (the name is from the bootstrap interval it replaced)
 MIN_BOOTSTRAP_ROUNDS = 10
 
