@@ -107,11 +107,19 @@ CALIBRATION_REPEATS = {"before": 1, "after": 5}
 # --------------------------------------------------------------------------------------------
 # binomial bounds (no scipy in the package's dependencies)
 
+def binom_pmf(i: int, n: int, p: float) -> float:
+    """P(X = i) for X ~ Binomial(n, p), in logs (math.comb(2000, 1000) is no float)."""
+    if p <= 0.0 or p >= 1.0:
+        return float(i == (0 if p <= 0.0 else n))
+    return math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                    + i * math.log(p) + (n - i) * math.log1p(-p))
+
+
 def binom_sf(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
     if k <= 0:
         return 1.0
-    return float(sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+    return min(1.0, max(0.0, 1.0 - sum(binom_pmf(i, n, p) for i in range(k))))
 
 
 def upper_bound(k: int, n: int, level: float = 0.95) -> float:

@@ -31,6 +31,11 @@ def _quantile(n: int, p: float, level: float) -> int:
     return k
 
 
+def test_binomial_bounds_hold_at_the_benchmarks_run_counts(cov):
+    assert cov.upper_bound(100, 2000) == pytest.approx(0.0588, abs=5e-4)  # 5 % of 2000 runs: 5 + 1.645 sd
+    assert cov.binom_sf(_quantile(300, 0.05, 0.99) + 1, 300, 0.05) < 0.01
+
+
 def test_binomial_helpers_agree(cov):
     assert _quantile(100, 0.05, 0.99) == 11
     assert cov.binom_sf(_quantile(100, 0.05, 0.99) + 1, 100, 0.05) < 0.01
