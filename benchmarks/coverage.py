@@ -4,7 +4,7 @@ Two figures, each before (the protocol up to commit e625ac3: rotated order, pair
 bootstrap of the ratio of medians at every look, a look every ``rounds // 2`` rounds, one timing
 to calibrate a sample) and after (today's :func:`nogradlab.timing.run_rounds`: a random order per
 round, the signed-rank interval of the paired log-ratios, looks at ``rounds`` x 1, 1.5, 2, 3, 4 each read at
-``1 - 0.05 / looks``, the fastest of five timings to calibrate):
+``1 - 0.05 / looks``, the fastest of five timings per case, in turns, to calibrate):
 
 1. **real A/A runs on this CPU**: one function (``x @ x``, 64x64, one thread) timed as two cases
    "a" and "b", so the true ratio is 1, with ``rounds=10, until=resolves([1.0]), max_rounds=40``
@@ -100,8 +100,10 @@ def old_rounds(sample, names, baseline=None, *, rounds=10, until=None, max_round
 
 
 PROTOCOLS = {"before": old_rounds, "after": timing.run_rounds}
-#: timings in timing._calibrate: the old protocol timed a sample once, today's takes the fastest of five
-CALIBRATION_REPEATS = {"before": 1, "after": 5}
+#: calls per sample of each case: the old protocol timed each case once, one after the other;
+#: today's takes the fastest of five timings per case, taken in turns (timing._calibrate_all)
+CALIBRATE = {"before": lambda timers, target: {n: timing._calibrate(t, target, repeats=1) for n, t in timers.items()},
+             "after": timing._calibrate_all}
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,8 +230,7 @@ def simulate(method: str, runs: int, seed: int = 0, ratio: float = 1.0, edges=(1
     n_rounds, widths = [], []
     for i in range(runs):
         machine = SimMachine(rng, {"a": per_call, "b": per_call / ratio})
-        number = {n: timing._calibrate(machine.timer(n), min_run_time / rounds, repeats=CALIBRATION_REPEATS[method])
-                  for n in ("a", "b")}
+        number = CALIBRATE[method]({n: machine.timer(n) for n in ("a", "b")}, min_run_time / rounds)
         until = timing.resolves(list(edges)) if adaptive else None
         c = proto(machine.sampler(number), ["a", "b"], "a", rounds=rounds, until=until,
                   max_rounds=max_rounds if adaptive else None, seed=i, clock=machine.clock, number=number,
@@ -253,7 +254,7 @@ def widths(n: int, runs: int, seed: int = 2, per_call: float = 20e-6, min_run_ti
     out = {"bootstrap 95 %": [], "signed-rank 95 %": [], f"signed-rank {timing.look_confidence(5):.0%}": []}
     for i in range(runs):
         machine = SimMachine(rng, {"a": per_call, "b": per_call})
-        number = {k: timing._calibrate(machine.timer(k), min_run_time / n, repeats=5) for k in ("a", "b")}
+        number = timing._calibrate_all({k: machine.timer(k) for k in ("a", "b")}, min_run_time / n)
         c = timing.run_rounds(machine.sampler(number), ["a", "b"], "a", rounds=n, seed=i, number=number)
         t = {k: c.timings[k].times for k in ("a", "b")}
         for (name, ci) in zip(out, (timing.bootstrap_speedup(t, "a", seed=i)[1]["b"],
@@ -305,8 +306,7 @@ def real_run(method: str, seed: int, size: int = 64, min_run_time: float = 0.02,
         timers = {n: timing._timer(f, dev, 1, n) for n, f in fns.items()}
         for n, f in fns.items():
             timing._warm_up(f, dev, 1, n)
-        number = {n: timing._calibrate(timers[n], min_run_time / rounds, repeats=CALIBRATION_REPEATS[method])
-                  for n in fns}
+        number = CALIBRATE[method](timers, min_run_time / rounds)
         return PROTOCOLS[method](lambda n: timing._sample(timers[n], fns[n], number[n]) / number[n], list(fns), "a",
                                  rounds=rounds, until=timing.resolves([1.0]), max_rounds=max_rounds, seed=seed,
                                  number=number)

@@ -718,25 +718,35 @@ def bootstrap_speedup(samples: Mapping[str, "list[float]"], baseline: str,
     return speedup, ci
 
 
-def _calibrate(timer: Timer, target: float, repeats: int = 5) -> int:
-    """Calls per sample so that one sample takes about ``target`` seconds (at least 1 call).
+def _calibrate(timer: Timer, target: float, repeats: int = 1) -> int:
+    """Calls per sample so that one sample of this case alone takes about ``target`` seconds (at
+    least 1 call), from the fastest of ``repeats`` timings. :func:`compare` calibrates its cases
+    together (:func:`_calibrate_all`); this one-timing form is what it did before."""
+    return _calibrate_all({"fn": timer}, target, repeats)["fn"]
 
-    The per-call time is the fastest of ``repeats`` timings: on a shared machine one timing can be
-    stretched several times over by the scheduler, and a case calibrated on such a timing got a
-    sample many times shorter than its neighbour's (5817 calls against 25 for the same function,
-    on this two-core machine under load). A short sample is rarely preempted and a long one often,
-    so the same function then read up to 5x faster than itself: the samples of all cases must last
-    alike for their ratio to mean anything."""
-    number = 1
-    while True:
-        elapsed = timer.timeit(number).raw_times[0]  # seconds for `number` calls
-        if elapsed >= target / 5 or number >= 10**8:
-            break
-        # Grow quickly but without overshooting wildly: at most x10 per step.
-        number *= int(min(10, max(2, target / 5 / max(elapsed, 1e-9))))
+
+def _calibrate_all(timers: Mapping[str, Timer], target: float, repeats: int = 5) -> dict[str, int]:
+    """Calls per sample of each case so that one sample takes about ``target`` seconds (at least
+    1 call). The samples of all cases must last alike for their ratio to mean anything: on a shared
+    machine the scheduler stretches a long sample often and a short one rarely, and a case
+    calibrated on one stretched timing got a sample many times shorter than its neighbour's (25
+    calls against 5817 for the same function, on this two-core machine under load: it then read 5x
+    faster than itself). So each case's per-call time is the fastest of ``repeats`` timings, taken
+    in turns across the cases (a busy spell of the machine slows every case's timings alike)."""
+    number, elapsed = {}, {}
+    for name, timer in timers.items():
+        m = 1
+        while True:
+            e = timer.timeit(m).raw_times[0]  # seconds for `m` calls
+            if e >= target / 5 or m >= 10**8:
+                break
+            # Grow quickly but without overshooting wildly: at most x10 per step.
+            m *= int(min(10, max(2, target / 5 / max(e, 1e-9))))
+        number[name], elapsed[name] = m, e
     for _ in range(repeats - 1):
-        elapsed = min(elapsed, timer.timeit(number).raw_times[0])
-    return max(1, round(number * target / elapsed))
+        for name, timer in timers.items():
+            elapsed[name] = min(elapsed[name], timer.timeit(number[name]).raw_times[0])
+    return {name: max(1, round(number[name] * target / elapsed[name])) for name in timers}
 
 
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
@@ -809,7 +819,7 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
         timers = {n: _timer(cases[n], dev, threads, n) for n in names}
         for n in names:
             _warm_up(cases[n], dev, warmup, f"case {n!r}")
-        number = {n: _calibrate(timers[n], target) for n in names}
+        number = _calibrate_all(timers, target)
 
         bar = None
         if progress:
