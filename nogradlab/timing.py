@@ -24,7 +24,9 @@ Why the interval holds (the protocol's own argument, checked by ``benchmarks/cov
   paired log-ratio is then symmetric about the true log-ratio (exactly, when the machine slows
   whichever case runs in a slot by the same factor; and exactly for two identical cases, an A/A
   run, whatever it does). The signed-rank interval is exact under that symmetry at any number of
-  rounds: no normal approximation, no bootstrap that is too narrow at 10 rounds.
+  rounds: no normal approximation, no bootstrap that is too narrow at 10 rounds. (The samples of
+  all cases last alike, :func:`_calibrate_all`: a case whose samples were longer would be
+  preempted more often on a busy machine, and the symmetry would be lost.)
 * Adaptive stopping (``until``) looks at the intervals only at pre-set round counts
   (:func:`looks`: ``rounds``, 1.5x, 2x, 3x, 4x that, ... up to ``max_rounds``), and every look's
   interval is computed at ``1 - 0.05 / looks`` (a union bound over the looks), so the interval
@@ -416,8 +418,8 @@ def _sample(timer: Timer, fn: Callable[[], object], number: int) -> float:
     """Seconds for ``number`` calls of ``fn`` by ``timer``, after one untimed call (the caches the
     previous case of a round disturbed are this case's again), except where one call is a whole
     sample (``number`` 1: the call takes at least ``min_run_time / rounds``, 10 ms in a tiny run,
-    and what the previous case left in the caches is a small part of it; the rotated order gives
-    every case the same predecessors anyway). ``Timer.timeit`` itself makes ``max(number // 100, 2)``
+    and what the previous case left in the caches is a small part of it; the random order gives
+    every case the same predecessors on average anyway). ``Timer.timeit`` itself makes ``max(number // 100, 2)``
     untimed calls first: for a ResNet-50 forward on a CPU that was two calls in three spent
     untimed. The timed calls go through the Timer's own ``_timeit`` (its clock and statement; in
     every torch release nogradlab supports), else through ``timeit`` where a release lacks it."""
@@ -732,8 +734,10 @@ def _calibrate_all(timers: Mapping[str, Timer], target: float, repeats: int = 5)
     calibrated on one stretched timing got a sample many times shorter than its neighbour's (25
     calls against 5817 for the same function, on this two-core machine under load: it then read 5x
     faster than itself). So each case's per-call time is the fastest of ``repeats`` timings, taken
-    in turns across the cases (a busy spell of the machine slows every case's timings alike)."""
-    number, elapsed = {}, {}
+    in turns across the cases (a busy spell of the machine slows every case's timings alike), and
+    one factor common to all cases scales them to the machine's typical speed during the timings
+    (on a loaded machine a sample then lasts ``target`` seconds, not several times that)."""
+    number, seen = {}, {}
     for name, timer in timers.items():
         m = 1
         while True:
@@ -742,11 +746,15 @@ def _calibrate_all(timers: Mapping[str, Timer], target: float, repeats: int = 5)
                 break
             # Grow quickly but without overshooting wildly: at most x10 per step.
             m *= int(min(10, max(2, target / 5 / max(e, 1e-9))))
-        number[name], elapsed[name] = m, e
+        number[name], seen[name] = m, [e]
     for _ in range(repeats - 1):
         for name, timer in timers.items():
-            elapsed[name] = min(elapsed[name], timer.timeit(number[name]).raw_times[0])
-    return {name: max(1, round(number[name] * target / elapsed[name])) for name in timers}
+            seen[name].append(timer.timeit(number[name]).raw_times[0])
+    fastest = {name: max(min(seen[name]), 1e-12) for name in timers}
+    # one factor for all cases from how much slower than its fastest a typical timing ran: the
+    # samples last about ``target`` on the machine as it is, and still alike across the cases
+    slower = float(np.median([e / fastest[name] for name in timers for e in seen[name]]))
+    return {name: max(1, round(number[name] * target / (fastest[name] * slower))) for name in timers}
 
 
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
