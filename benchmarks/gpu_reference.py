@@ -167,9 +167,17 @@ def estimate_vs_real(dev, names, scale) -> list:
 # by a real OOM search under both budgets, torch.compile in X05, the longer sequence sweep
 REFERENCE_PARAMS = {"C04": {"real_search": "all"}, "C09": {"real_search": "all"}}
 
+#: the timing knobs of the reference run on a GPU (nogradlab.claims.measure._knobs reads them from the
+#: params): twice a learner's minimum rounds and 4x their sample length (20 ms), looks at 20, 30, 40, 60
+#: and 80 rounds, up to 4 s of rounds a condition; a learner's GPU notebook takes 10 rounds of 10 ms, 1.5 s
+REFERENCE_TIMING = {"rounds": 20, "min_run_time": 0.4, "max_rounds": 80, "time_budget": 4.0}
 
-def params_for(cid: str) -> dict:
-    return {"reference": True, **REFERENCE_PARAMS.get(cid, {})}
+
+def params_for(cid: str, dev=None) -> dict:
+    """The params of a check in the reference run: the reference's own timing knobs on a CUDA device
+    (a CPU rehearsal keeps the tiny run's)."""
+    timing_knobs = REFERENCE_TIMING if dev is not None and torch.device(dev).type == "cuda" else {}
+    return {"reference": True, **timing_knobs, **REFERENCE_PARAMS.get(cid, {})}
 
 
 def run_claims(ids, dev, scale, clock) -> list:
@@ -180,7 +188,7 @@ def run_claims(ids, dev, scale, clock) -> list:
             results.append(report.missing_entry(claims.get(cid), "skipped: time budget spent"))
             continue
         try:
-            r = claims.check(cid, device=str(dev), scale=scale, **params_for(cid))
+            r = claims.check(cid, device=str(dev), scale=scale, **params_for(cid, dev))
             results.append(r)
             log(f"  {cid} [{r.verdict}] {r.seconds:.1f} s: {r.summary[:160]}")
         except Exception as e:  # noqa: BLE001 - one failing check must not stop the reference run

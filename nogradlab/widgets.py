@@ -199,7 +199,7 @@ class ModesResult(_Shown):
                 t = c.timings[m]
                 row.update(median_ms=t.median * 1e3, iqr_ms=t.iqr * 1e3, speedup=c.speedup[m],
                            ci_low=c.ci[m][0], ci_high=c.ci[m][1], time_saved=c.time_saved(m),
-                           noisy=t.noisy, clear_difference=clear_difference(c.ci[m]))
+                           clear_difference=clear_difference(c.ci[m]))
             rows.append(row)
         return pd.DataFrame(rows)
 
@@ -227,7 +227,7 @@ class ModesResult(_Shown):
                 else:  # the interval holds a slowdown and a speedup: no headline number
                     speed, saved = UNCLEAR, "\u2013"
                 row += [_time(t.median, unit),
-                        _time(t.iqr, unit, 2) + (" (noisy)" if t.noisy else ""),
+                        _time(t.iqr, unit, 2),
                         speed, "\u2013" if m == c.baseline else f"[{_ratio(lo)}, {_ratio(hi)}]",
                         saved]
             if self.memory:

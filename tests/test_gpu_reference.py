@@ -117,6 +117,9 @@ def test_reference_run_searches_every_batch_for_real():
     spec.loader.exec_module(mod)
     assert mod.params_for("C04")["real_search"] == "all" == mod.params_for("C09")["real_search"]
     assert all(mod.params_for(c)["reference"] for c in ("C03", "C19", "X05"))
+    # the reference run times with its own, longer settings on a GPU; a CPU rehearsal keeps the tiny ones
+    assert mod.params_for("C03", "cuda")["rounds"] == 20 and mod.params_for("C03", "cuda")["min_run_time"] == 0.4
+    assert "rounds" not in mod.params_for("C03", "cpu") and "rounds" not in mod.params_for("C03")
 
 
 # -- issue 17: --resume keeps every earlier measurement, bad inputs are refused before any work ----------

@@ -222,8 +222,7 @@ def c03(ctx):
             row = {"workload": name, "batch": b, "time_saved": t[0], "time_saved_ci": list(t[1:]),
                    "speedup": c.comparison.speedup[case], "speedup_ci": list(c.comparison.ci[case]),
                    "grad_ms": c.ms("grad"), "no_grad_ms": c.ms(case), "case": case,
-                   "rounds": c.comparison.rounds, "stopped": c.comparison.stopped,
-                   "noisy": any(c.comparison.timings[k].noisy for k in ("grad", case))}
+                   "rounds": c.comparison.rounds, "stopped": c.comparison.stopped}
             if case != "no_grad":
                 f = c.triple("no_grad")
                 row.update(with_fast_path={"time_saved": f[0], "time_saved_ci": list(f[1:]),

@@ -54,8 +54,10 @@ SIDES = ("above", "below")
 AGGREGATE = ("holds if every condition agrees; depends if some agree and some disagree; does not hold if none "
              "agrees and some disagree; inconclusive if none disagrees and some are unresolved")
 
-#: the fewest paired rounds a bootstrap interval is computed from (over fewer, the resamples
-#: repeat a handful of values and the interval collapses onto the point estimate)
+#: the fewest paired rounds a timed condition's interval is read from: the claim checks' first look
+#: (nogradlab.timing.looks). The signed-rank interval is exact at any number of rounds, but read at
+#: 99 % (the first of five looks) over fewer than 10 rounds it spans most of their range
+#: (the name is from the bootstrap interval it replaced)
 MIN_BOOTSTRAP_ROUNDS = 10
 
 
@@ -144,7 +146,9 @@ def verdict_of(readings) -> str:
 def rounds_to_decide(point: float, lo: float, hi: float, edges, rounds: int) -> "int | None":
     """How many rounds in all would move an interval off the edge it straddles, assuming its width
     shrinks as one over the square root of the rounds and its point stays: ``None`` when the point
-    lies on the edge (no number of rounds decides it) or the interval straddles nothing."""
+    lies on the edge (no number of rounds decides it) or the interval straddles nothing. (Every look
+    of one comparison reads its interval at the same confidence, ``nogradlab.timing.look_confidence``,
+    so the square-root rule holds across its looks; more looks, a larger ``max_rounds``, widen each.)"""
     worst = 0
     for e in edges:
         if e is None or not (lo < e < hi or (lo <= e <= hi and lo != hi)):
