@@ -11,7 +11,7 @@
 The cell runs in the notebook's namespace (its assignments stay), through IPython's own input
 transformations. Memory comes from :func:`nogradlab.memory.measure`, time from
 :func:`nogradlab.timing.compare` (warm-up, interleaved rounds, speedup over the first mode with a
-paired-bootstrap CI), both orchestrated by :func:`nogradlab.widgets.measure_modes`. Bad arguments
+paired signed-rank CI), both orchestrated by :func:`nogradlab.widgets.measure_modes`. Bad arguments
 (an unknown mode, a non-positive count) raise ``UsageError`` naming what is allowed, before the
 cell runs.
 """

@@ -11,7 +11,7 @@ get them as well.
 
 Nothing is measured here: memory comes from :func:`nogradlab.memory.measure` (the real model) or
 :func:`nogradlab.memory.estimate` (fake tensors), time from :func:`nogradlab.timing.compare`
-(interleaved rounds, paired bootstrap CI), largest batches from
+(interleaved rounds, paired signed-rank CI), largest batches from
 :func:`nogradlab.batch.largest_batch`. This module orchestrates and draws.
 """
 from __future__ import annotations
@@ -461,7 +461,7 @@ def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, 
     """Run ``fn()`` under each mode (a name from ``nogradlab.modes`` or a setting such as
     ``"eval+no_grad"``; train/eval settings need ``model``): its memory once per mode with
     :func:`nogradlab.memory.measure`, then its time with :func:`nogradlab.timing.compare`
-    (interleaved rounds, warm-up, speedup over the first mode with a paired-bootstrap CI).
+    (interleaved rounds, warm-up, speedup over the first mode with a paired signed-rank CI).
 
     ``on_step(done, total, text)`` is called before each step (for progress bars).
     """

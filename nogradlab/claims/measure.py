@@ -9,8 +9,8 @@ several of them read is measured here, once:
   recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
-* **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds, paired bootstrap CI over
-  at least 10 rounds). "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The
+* **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds in a random order, a signed-rank CI
+  of the paired per-round ratios, valid when the rounds stop). "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The
   article's "relative speed gain" (C20's table) and "more throughput" (C13) are read as a
   *throughput* gain, ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
 * **Memory.** "Saved" is ``1 - peak(case) / peak(baseline)`` of *total* peaks: weights, buffers
@@ -82,8 +82,8 @@ def _quick(ctx) -> bool:
 
 
 def _knobs(ctx, **quick_overrides) -> dict:
-    """compare() settings. ``rounds`` is the minimum (10: a paired bootstrap over fewer rounds is
-    degenerate); a shared forward condition then goes on, a block of rounds at a time, until its
+    """compare() settings. ``rounds`` is the minimum (10: the first look; read at 99 % over fewer
+    rounds the signed-rank interval spans most of their range); a shared forward condition then goes on, a block of rounds at a time, until its
     intervals decide every rule that reads it (:func:`_condition_edges`), up to ``max_rounds`` or
     ``time_budget`` seconds of rounds (the comparison's ``stopped`` says which). Tiny CPU runs take
     short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
@@ -460,10 +460,9 @@ class Condition:
         return cmp.speedup[case], lo, hi
 
     def ratio(self, a: str, b: str) -> tuple:
-        """(t_b / t_a, CI) for two cases of this condition: paired bootstrap over its rounds."""
-        t = self.comparison.timings
-        sp, ci = timing.bootstrap_speedup({a: t[a].times, b: t[b].times}, a, seed=self.comparison.seed)
-        return sp[b], ci[b][0], ci[b][1]
+        """(t_a / t_b, CI) for two cases of this condition: ``b``'s speedup over ``a``, the signed-rank
+        interval of the paired rounds at the comparison's look confidence (:meth:`timing.Comparison.ratio`)."""
+        return self.comparison.ratio(a, b)
 
     def ms(self, case: str) -> float:
         return self.comparison.timings[case].median * 1e3

@@ -229,8 +229,8 @@ def c03(ctx):
                                            "no_grad_ms": c.ms("no_grad")},
                            fused_kernel_share=(f[0] - t[0]) / f[0] if f[0] > 0 else None)
             rows.append(row)
-    return {"metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, same model and input; CI: 95 % paired "
-                      "bootstrap); for the transformer no_grad is timed with the fused fast path off (the "
+    return {"metric": "time_saved = 1 - t_no_grad / t_grad (eval mode, same model and input; CI: 95 % signed-rank "
+                      "interval of the paired rounds); for the transformer no_grad is timed with the fused fast path off (the "
                       "saving of the bookkeeping alone) and on (with_fast_path)", "rows": rows,
             "knobs": _knobs(ctx), "timing": "shared per condition (nogradlab.claims.measure.forward_condition)",
             "state": conditions[0].state if conditions else {},

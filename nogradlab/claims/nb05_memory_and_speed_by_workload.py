@@ -477,7 +477,7 @@ def c20(ctx):
                                 "forward, loss, backward, SGD step), weights included; "
                                 "memory.estimate at full size and default batch, virtual CUDA",
                 "speed_gain": "throughput gain t(eval+grad forward)/t(eval+no_grad forward) - 1, the shared "
-                              "forward timing, 95 % paired-bootstrap CI",
+                              "forward timing, 95 % paired signed-rank CI",
                 "training_step_vs_no_grad_forward": "t(training step)/t(eval+no_grad forward) - 1, the "
                               "training step measured on its own, unpaired bootstrap CI; shown, not counted",
                 "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "

@@ -210,7 +210,7 @@ def x05(ctx):
 
     return {"rows": rows, "autocast": _cast(ctx), "compile_skipped": compile_reason, "margin": margin,
             "state": state, "device_type": ctx.device.type,
-            "metric": "speedup = t(grad forward) / t(case), eval mode, 95 % paired-bootstrap CI; levers "
+            "metric": "speedup = t(grad forward) / t(case), eval mode, 95 % paired signed-rank CI; levers "
                       "are applied on top of no_grad, the way inference code stacks them",
             "timing": "shared per condition (forward_condition): the same numbers as C03/C17/C20",
             "provisional": _samples_note(ctx, "X05", [forward_condition(ctx, r["workload"], r["batch"])

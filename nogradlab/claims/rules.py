@@ -229,7 +229,7 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS) -
     ``items`` are ``(name, point, ci_low, ci_high, rounds)``; ``ci_low``/``ci_high`` None for an exact
     value (bytes, an estimate), ``rounds`` the paired timing rounds behind the interval (None when
     untimed). A timed condition with fewer than ``min_rounds`` rounds is unresolved whatever its
-    interval says (a bootstrap over so few rounds is degenerate). Each row: ``condition``,
+    interval says (the checks' first look is at 10 rounds: fewer were never looked at). Each row: ``condition``,
     ``value``, ``ci``, ``reading``, ``side`` (``"above"``/``"below"`` the band when it disagrees, else
     None), ``rounds``, ``rounds_to_decide`` (an unresolved timed condition's estimate, see
     :func:`rounds_to_decide`)."""
