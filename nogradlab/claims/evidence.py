@@ -26,7 +26,7 @@ __all__ = ["PROTOCOL", "PROTOCOLS", "POINT_TOLERANCE", "protocol_of", "column_ag
            "column_conflicts", "conflicts_for", "conflict_text"]
 
 #: the measuring protocol of today's code (bump it when a change alters what a measurement means)
-PROTOCOL = 2
+PROTOCOL = 3
 
 #: what each protocol version was
 PROTOCOLS = {
@@ -35,6 +35,10 @@ PROTOCOLS = {
        "cells; protocols were not yet recorded (schema_version 1)",
     2: "2026-12-01 on: one shared timing per condition and run (timing.RUN), read by every check that needs it; "
        "C20 times forward against forward; the transformer's no_grad timed with its fused fast path off and on",
+    3: "2026-12-01 night on: each round runs the cases in a random order; a speedup is the typical paired "
+       "per-round ratio (Hodges-Lehmann) with a Wilcoxon signed-rank interval, read at 1 - 0.05/looks at the "
+       "looks 10/15/20/30/40 rounds (valid when the rounds stop), where protocol 2 read a percentile "
+       "bootstrap of the ratio of medians after every block; the cases are calibrated together",
 }
 
 #: the half-width of the interval given to a reading stored without one, per kind of quantity:
