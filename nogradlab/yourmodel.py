@@ -38,7 +38,7 @@ from . import memory as _memory
 from . import ownmodel
 
 __all__ = ["MODES", "COMMON_GIB", "VALIDATION", "Spec", "check", "saved_by_layer", "SavedByLayer",
-           "measure_here", "estimate", "EstimateFailed", "gpu_sizes", "recipe", "document", "save",
+           "measure_here", "here_frame", "estimate", "estimate_frame", "sizes_frame", "EstimateFailed", "gpu_sizes", "recipe", "document", "save",
            "plot_saved", "plot_here", "here_batch"]
 
 #: the four modes, in the command's names (estimate_cmd.MODES), and what each runs
@@ -134,6 +134,8 @@ def _make(shape, dt, batch, device):
 def check(model: str, input: str, dtype: str = "float32", gpu: str = "24GiB", save_json=None) -> Spec:
     """Every argument checked, as ``nogradlab estimate`` checks them (``ValueError`` naming what is
     allowed); the model's module is imported, nothing is built."""
+    if isinstance(input, int) and not isinstance(input, bool):  # papermill's -p input 16 gives an int
+        input = str(input)
     shapes = [s for s in str(input).split(",")]
     if not all(s.strip() for s in shapes):
         raise ValueError(f"input is one sample's shape, e.g. 3x224x224, or several joined by commas, e.g. "
@@ -154,7 +156,7 @@ def check(model: str, input: str, dtype: str = "float32", gpu: str = "24GiB", sa
         except outdir.OutputError as e:
             raise ValueError(f"save_json: {e}") from None
     if len(parsed) == 1:
-        req = estimate_cmd.check(model, input, parsed[0][1], gpu)
+        req = estimate_cmd.check(model, str(input), parsed[0][1], gpu)
         return Spec(model=model, input=str(input), dtype=str(dtype), gpu=str(gpu), budget=req.budget,
                     inputs=parsed, builder=req.build, request=req, save_json=save_json)
     budget = estimate_cmd.parse_bytes(gpu)
@@ -214,16 +216,28 @@ def _is_attention(module) -> bool:
     return isinstance(module, nn.MultiheadAttention) or bool(re.search(r"attn|attention", type(module).__name__, re.I))
 
 
+def _is_lxl(shape: tuple, inputs: set) -> bool:
+    """A saved tensor shaped like attention weights: at least 3 dimensions (batch or heads, L, L), the last
+    two equal to a sequence length of the layer's input (a dimension of it other than the last, the
+    features), and not the shape of an input itself (a (batch, L, d) input whose L equals d)."""
+    if len(shape) < 3 or shape[-1] != shape[-2] or shape[-1] < 2 or shape in inputs:
+        return False
+    lengths = {d for x in inputs for d in x[:-1]}
+    return shape[-1] in lengths
+
+
 def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     """Run ``model(inputs)`` once with grad on (a tuple is passed as positional arguments, a dict as
     keywords) and record, with ``torch.autograd.graph.saved_tensors_hooks``, every tensor autograd saves
     for backward: per layer the distinct storages first saved while it was the innermost running module.
     For attention layers (``nn.MultiheadAttention`` or a class named ...Attention/...Attn): whether one
-    of their saved tensors is an L x L matrix (``shape[-1] == shape[-2]``: the attention weights)."""
+    of the tensors they saved themselves is shaped like an L x L matrix of attention weights (a heuristic
+    on shapes, :func:`_is_lxl`: L is a sequence length of the layer's input)."""
     from torch.utils.weak import WeakIdKeyDictionary
 
     mods = _memory._ModuleStack()
     seen = WeakIdKeyDictionary()
+    in_shapes: dict = {}  # id(attention module) -> the shapes of its tensor inputs
     per: dict = {}  # id(module) -> [bytes, tensors, largest shape, largest bytes]
     shapes: dict = {}  # id(attention module) -> saved shapes
     total = [0, 0]
@@ -255,8 +269,18 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     def unpack(t):
         return t
 
-    with mods, torch.autograd.graph.saved_tensors_hooks(pack, unpack), torch.enable_grad():
-        out = ownmodel.forward(model, inputs)
+    def pre(module, args):  # (global forward pre-hooks see the positional arguments only)
+        if _is_attention(module):
+            in_shapes.setdefault(id(module), set()).update(tuple(t.shape) for t in ownmodel.model_tensors(args))
+
+    from torch.nn.modules import module as _m
+
+    hook = _m.register_module_forward_pre_hook(pre)
+    try:
+        with mods, torch.autograd.graph.saved_tensors_hooks(pack, unpack), torch.enable_grad():
+            out = ownmodel.forward(model, inputs)
+    finally:
+        hook.remove()
     del out
     names = mods.names()
     rows = []
@@ -272,7 +296,7 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
         if _is_attention(m) and shapes.get(i):  # attention layers that saved something themselves
             s = shapes[i]
             attention.append({"layer": names.get(i, type(m).__name__), "type": type(m).__name__,
-                              "saves_LxL": any(len(x) >= 2 and x[-1] == x[-2] > 1 for x in s),
+                              "saves_LxL": any(_is_lxl(x, in_shapes.get(i, set())) for x in s),
                               "shapes": sorted(set(s), key=lambda x: -math.prod(x))[:4]})
     return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention)
 
@@ -393,7 +417,7 @@ def here_frame(here: dict):
     rows = []
     grad_peak = here["peak_bytes"]["grad"]
     for m in MODES:
-        row = {"mode": m, "what runs": MODES[m], "peak memory": _memory.format_bytes(here["peak_bytes"][m]),
+        row = {"mode": m, "peak memory": _memory.format_bytes(here["peak_bytes"][m]),
                "peak / grad forward": f"{here['peak_bytes'][m] / grad_peak:.2f}x"}
         t = here.get("timing", {}).get("modes", {}).get(m)
         if t is not None:
@@ -574,6 +598,19 @@ def _run_engine(spec: Spec, own: ownmodel.Model, budget: int, command: str) -> d
 MODES_ORDER = ("grad", "no_grad", "inference_mode", "train")
 
 
+def estimate_frame(doc: dict):
+    """The estimate document's modes as a table (the command's terminal table, as a DataFrame)."""
+    import pandas as pd
+
+    b = doc["meta"]["batch"]
+    rows = [{"mode": m, f"allocated @{b}": _memory.format_bytes(e["allocated_peak_bytes"]),
+             f"reserved @{b}": _memory.format_bytes(e["reserved_peak_bytes"]),
+             f"largest batch under {_memory.format_bytes(doc['meta']['gpu_bytes'])}":
+                 f">= {e['largest_batch']} (search limit)" if e["at_limit"] else str(e["largest_batch"]),
+             "trials": e["trials"]} for m, e in doc["modes"].items()]
+    return pd.DataFrame(rows).set_index("mode")
+
+
 def gpu_sizes(spec: Spec, doc: dict, scale: str = "tiny", gib=COMMON_GIB) -> list:
     """The largest batch per mode on a few common GPU sizes (plus the budget ``gpu``). The budget of
     ``doc`` is the engine's own answer. Other sizes: at ``scale="full"`` the engine again (exact, one
@@ -611,7 +648,9 @@ def _extrapolate(e: dict, budget: int, size: int):
     if n <= 1 or r1 is None or budget <= r1:
         return (None, False)
     per = (budget - r1) / (n - 1)
-    return (max(int(1 + (size - r1) // per), 0), False)
+    b = max(int(1 + (size - r1) // per), 0)
+    limit = 65536  # the command's max_batch: the engine would stop there too
+    return (limit, True) if b >= limit else (b, False)
 
 
 def sizes_frame(rows: list):
