@@ -685,8 +685,8 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
             for m in ("no_grad", "inference_mode"):
                 lo, hi = t[m]["over_grad_ci"]
                 verdict = ("faster than" if hi < 1 else "slower than" if lo > 1 else "not distinguishable from")
-                out.append(f"Time: `{m}` took {t[m]['over_grad']:.2f}x the grad forward's time here "
-                           f"(95 % CI [{lo:.2f}, {hi:.2f}]): {verdict} it on this device.")
+                out.append(f"Time: `{m}` took {t[m]['over_grad']:.3f}x the grad forward's time here "
+                           f"(95 % CI [{lo:.3f}, {hi:.3f}]): {verdict} it on this device.")
             out.append("Prefer `torch.inference_mode()` where the outputs never meet autograd again; keep "
                        "`torch.no_grad()` where they feed a training step later (targets, EMA weights).")
     if saved is not None and saved.total_bytes:
