@@ -39,7 +39,7 @@ from . import ownmodel
 
 __all__ = ["MODES", "COMMON_GIB", "VALIDATION", "Spec", "check", "saved_by_layer", "SavedByLayer",
            "measure_here", "here_frame", "estimate", "estimate_frame", "sizes_frame", "EstimateFailed", "gpu_sizes", "recipe", "document", "save",
-           "plot_saved", "plot_here", "here_batch"]
+           "plot_here", "here_batch"]
 
 #: the four modes, in the command's names (estimate_cmd.MODES), and what each runs
 MODES = {"train": "a training step (forward, loss, backward, SGD step)",
@@ -299,22 +299,6 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
                               "saves_LxL": any(_is_lxl(x, in_shapes.get(i, set())) for x in s),
                               "shapes": sorted(set(s), key=lambda x: -math.prod(x))[:4]})
     return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention)
-
-
-def plot_saved(saved: SavedByLayer, top: int = 15, title: str = ""):
-    """A horizontal bar chart of the ``top`` layers by bytes saved for backward."""
-    import matplotlib.pyplot as plt
-
-    rows = sorted((r for r in saved.rows if r["saved_bytes"]), key=lambda r: -r["saved_bytes"])[:top][::-1]
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * max(len(rows), 3) + 1.2))
-    ax.barh([f"{r['layer']} ({r['type']})" for r in rows], [r["saved_bytes"] / 2**20 for r in rows],
-            color="#4c72b0")
-    ax.set_xlabel("MiB saved for backward (distinct storages, weights excluded)")
-    ax.set_title(title or f"Where one forward's {_memory.format_bytes(saved.total_bytes)} for backward sit")
-    ax.tick_params(axis="y", labelsize=8)
-    fig.tight_layout()
-    plt.close(fig)
-    return fig
 
 
 # --------------------------------------------------------------------------------------------

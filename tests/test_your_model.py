@@ -10,6 +10,7 @@ The test models live in tests/yourmodel_factories.py (importable by the notebook
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -204,16 +205,6 @@ def test_the_estimate_is_the_commands_document_also_through_the_loop_for_several
         {k: v for k, v in cli["meta"].items() if k != "command"}
 
 
-def test_a_factory_that_deep_copies_while_building_is_built_on_meta_instead():
-    """nn.TransformerEncoder clones its layer with copy.deepcopy: fake tensors made that way belong to another
-    fake mode, and the command's estimate stops there; the notebook builds it on the meta device."""
-    spec = yourmodel.check("yourmodel_factories:tiny_encoder", "16", "int64", "128MiB")
-    doc = yourmodel.estimate(spec)
-    assert doc["notes"][0] == yourmodel.BUILT_ON_META
-    m = doc["modes"]
-    assert m["no_grad"]["largest_batch"] >= m["grad"]["largest_batch"] >= m["train"]["largest_batch"] > 0
-
-
 # --------------------------------------------------------------------------------------------
 # the notebook, through papermill, on models it does not name
 
@@ -266,9 +257,39 @@ def test_notebook_runs_on_models_it_does_not_name(case, tmp_path, monkeypatch):
         assert "no GPU estimate for this model" in text and "nogradlab_tests::twice" in text
         return
     assert set(doc["modes"]) == set(yourmodel.MODES_ORDER) and "the same as: python -m nogradlab estimate" in text
-    if case == "tokens":
+    if case == "tokens":  # nn.TransformerEncoder deep-copies its layer while it builds: built on meta instead
         assert doc["notes"][0] == yourmodel.BUILT_ON_META
+        m = doc["modes"]
+        assert m["no_grad"]["largest_batch"] >= m["grad"]["largest_batch"] >= m["train"]["largest_batch"] > 0
     if cli:  # the document the command writes for the same model, input, dtype and budget
         ref = _command_doc(tmp_path, model, input, dtype, gpu)
         assert doc["modes"] == ref["modes"] and doc["no_grad_factor"] == ref["no_grad_factor"]
         assert {k: doc[k] for k in ref if k != "meta"} == {k: ref[k] for k in ref if k != "meta"}
+
+
+# --------------------------------------------------------------------------------------------
+# a lesson like the others (the rules test_lessons.py holds lessons 01-09 to)
+
+
+def test_notebook_is_a_lesson_like_the_others():
+    import test_lessons as L
+
+    stem = NB.stem
+    nb = L._nb(stem)
+    assert nb.cells[0].source.split("\n")[1] == L.expected_badges(stem)
+    assert L._header_seconds(stem) and L._header_seconds(stem) % 5 == 0
+    goals = next(i for i, c in enumerate(nb.cells) if L._h2(c) == "## Learning goals")
+    assert ["parameters" if "parameters" in L._tags(c) else c.cell_type for c in nb.cells[1:goals]] == \
+        ["code", "parameters"]
+    assert L._first_code(nb) == L._first_code(L._nb("01_what_no_grad_does"))
+    assert [h.split(":")[0] for h, _, _ in L._sections(nb)][-4:] == L.END_SECTIONS
+    assert L.exercise_problems(nb, "10") == []
+    plain, package = L.cell_counts(nb)
+    assert plain > package, (plain, package)
+    assert any(c.cell_type == "code" and L.DIAGRAM_RE.search(c.source) for c in nb.cells)
+    links = {a for c in nb.cells if c.cell_type == "markdown" for a in L.GLOSSARY_LINK.findall(c.source)}
+    assert links and links <= L._anchors()
+    assert re.search(r"\]\(00_index\.ipynb\)", nb.cells[-1].source)
+    params = next(c.source for c in nb.cells if "parameters" in L._tags(c))
+    for name in ("model", "input", "dtype", "gpu", "device", "scale", "seed", "save_json"):
+        assert re.search(rf"^{name} = ", params, re.M), name
