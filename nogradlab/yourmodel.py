@@ -597,28 +597,27 @@ def estimate_frame(doc: dict):
 
 def gpu_sizes(spec: Spec, doc: dict, scale: str = "tiny", gib=COMMON_GIB) -> list:
     """The largest batch per mode on a few common GPU sizes (plus the budget ``gpu``). The budget of
-    ``doc`` is the engine's own answer. Other sizes: at ``scale="full"`` the engine again (exact, one
-    search per size and mode); otherwise read off the straight line through batch 1's reserved bytes and
-    the engine's answer at the budget (memory is close to affine in the batch; ``how`` says which, and
-    the budget's own row shows the line's error there as 0 by construction: the notebook compares the two
-    at another size when it runs at full scale)."""
-    sizes = sorted({int(g * 2**30) for g in gib} | {int(doc["meta"]["gpu_bytes"])})
+    ``doc`` is the engine's own answer; the other sizes are read off the straight line through batch 1's
+    reserved bytes and that answer (memory is close to affine in the batch). At ``scale="full"`` the
+    largest of them is also searched by the engine (one more estimate per mode), and its row holds both:
+    the engine's answer, and the line's in ``line`` (so the line's error is shown where it is largest).
+    ``how`` says where each row's figures come from."""
+    budget = int(doc["meta"]["gpu_bytes"])
+    sizes = sorted({int(g * 2**30) for g in gib} | {budget})
+    check = max((x for x in sizes if x != budget), default=None) if scale == "full" else None
     rows = []
     for size in sizes:
         row = {"gpu_bytes": size, "gpu": _memory.format_bytes(size)}
-        if size == doc["meta"]["gpu_bytes"]:
-            src, how = doc, "engine"
-        elif scale == "full":
-            src, how = estimate(spec, size), "engine"
+        line = {m: _extrapolate(e, budget, size) for m, e in doc["modes"].items()}
+        if size == budget or size == check:
+            src = doc if size == budget else estimate(spec, size)
+            row.update({m: (e["largest_batch"], e["at_limit"]) for m, e in src["modes"].items()})
+            row["how"] = "engine"
+            if size == check:
+                row["line"] = line
         else:
-            src, how = None, "line"
-        for m, e in doc["modes"].items():
-            if src is not None:
-                s = src["modes"][m]
-                row[m] = (s["largest_batch"], s["at_limit"])
-            else:
-                row[m] = _extrapolate(e, doc["meta"]["gpu_bytes"], size)
-        row["how"] = how
+            row.update(line)
+            row["how"] = "line"
         rows.append(row)
     return rows
 
@@ -644,8 +643,13 @@ def sizes_frame(rows: list):
         b, lower = v
         return "n/a" if b is None else (f">= {b}" if lower else str(b))
 
-    out = [{"GPU memory": r["gpu"], **{m: cell(r[m]) for m in MODES_ORDER if m in r},
-            "how": {"engine": "estimate engine", "line": "line through the engine's answer"}[r["how"]]} for r in rows]
+    out = []
+    for r in rows:
+        row = {"GPU memory": r["gpu"], **{m: cell(r[m]) for m in MODES_ORDER if m in r},
+               "how": {"engine": "estimate engine", "line": "line through the engine's answer"}[r["how"]]}
+        if "line" in r:  # the engine's answer where the line was checked: the line's own in brackets
+            row.update({m: f"{cell(r[m])} (line: {cell(r['line'][m])})" for m in MODES_ORDER if m in r})
+        out.append(row)
     return pd.DataFrame(out).set_index("GPU memory")
 
 

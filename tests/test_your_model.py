@@ -172,6 +172,25 @@ def test_a_line_through_the_engines_answer():
     assert yourmodel._extrapolate({**e, "largest_batch": 0}, 1100, 5000) == (None, False)
 
 
+def _doc(budget, batches):
+    return {"meta": {"gpu_bytes": budget}, "modes": {m: {"largest_batch": b, "reserved_peak_bytes": 100, "at_limit": False}
+                                                      for m, b in batches.items()}}
+
+
+def test_gpu_sizes_read_the_line_and_at_full_scale_check_it_by_the_engine_at_the_largest(monkeypatch):
+    spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8", gpu="1100B")
+    doc = _doc(1100, {"grad": 101, "train": 51})
+    calls = []
+    monkeypatch.setattr(yourmodel, "estimate", lambda s, size: calls.append(size) or _doc(size, {"grad": 7, "train": 5}))
+    tiny = yourmodel.gpu_sizes(spec, doc, "tiny", gib=(2e-6, 4e-6))
+    assert calls == [] and [r["how"] for r in tiny] == ["engine", "line", "line"]
+    assert tiny[0]["grad"] == (101, False) and tiny[0]["gpu_bytes"] == 1100
+    full = yourmodel.gpu_sizes(spec, doc, "full", gib=(2e-6, 4e-6))
+    assert calls == [int(4e-6 * 2**30)] and [r["how"] for r in full] == ["engine", "line", "engine"]
+    assert full[2]["grad"] == (7, False) and full[2]["line"]["grad"] == tiny[2]["grad"]
+    assert "(line: " in yourmodel.sizes_frame(full).iloc[2]["grad"]
+
+
 def test_an_operator_fake_tensors_cannot_run_is_named():
     spec = yourmodel.check("yourmodel_factories:no_fake", "8")
     with pytest.raises(yourmodel.EstimateFailed, match="nogradlab_tests::twice") as info:
