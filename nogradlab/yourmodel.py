@@ -282,6 +282,7 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     finally:
         hook.remove()
     del out
+    _memory.release()
     names = mods.names()
     rows = []
     for i, m in mods.seen.items():
@@ -337,8 +338,8 @@ def _timing_knobs(dev, scale, seed) -> dict:
 
 def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *, time_it: bool = True) -> dict:
     """On ``device``, at the batch of ``scale`` (:func:`here_batch`): each mode's peak memory (weights,
-    inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA, each step on a
-    fresh copy of the model) and, with ``time_it``, each mode's time per call by ``nogradlab.timing.compare``
+    inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
+    model, ours: the three forwards first, then the training step with a fresh optimizer) and, with ``time_it``, each mode's time per call by ``nogradlab.timing.compare``
     with the claim checks' knobs (interleaved rounds; the ratio to the grad forward with its paired-bootstrap
     95 % interval). Returns a JSON-ready dict (the document's ``here``)."""
     from . import timing
@@ -351,12 +352,14 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
     tensors = ownmodel.model_tensors(x)
     peaks, method = {}, None
     cuda = dev.type == "cuda"
-    for mode in MODES:
-        model = copy.deepcopy(base)
+    # one copy of the weights, ours: the forward modes change nothing in it, the training step (last) steps it
+    for mode in ("grad", "no_grad", "inference_mode", "train"):
+        model = base
         fn, extra = _step(own, model, x, mode, dev, b)
         if cuda:  # library workspaces (cuBLAS, cuDNN) made once: not this step's
-            warm, _ = _step(own, copy.deepcopy(base), x, mode, dev, b)
+            warm, _ = _step(own, copy.deepcopy(model), x, mode, dev, b)
             warm()
+            del warm
             _device.synchronize(dev)
         fused_off = _memory.fused_paths_off() if not cuda else contextlib.nullcontext()
         with _batch.frozen_gc(), fused_off:
@@ -364,22 +367,21 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
         method = rep.method
         entry = tensors + [t for t in extra if isinstance(t, torch.Tensor)]
         peaks[mode] = int(_memory.resident_bytes(model, entry, dev) + rep.peak_bytes)
-        del model, fn
+        del model, fn, rep, extra
+        _memory.release()  # freed tensors back to the system: a 1-2 GB Binder machine runs this too
     info = _device.describe(dev)
     here = {"device": str(dev), "hardware": _device.label(info), "torch": torch.__version__, "scale": scale,
             "batch": b, "seed": int(seed), "measured_at": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "peak_bytes": peaks, "peak_method": f"{method} ({'the caching allocator' if cuda else 'live storages'})"
             " plus the weights and inputs resident before the step"}
+    peaks = {m: peaks[m] for m in MODES}
     if time_it:
-        forward_model = copy.deepcopy(base)
-        train_model = copy.deepcopy(base)
-        # the same step as measured, with a small learning rate: weights that stay finite keep the times honest
-        opt = torch.optim.SGD(train_model.parameters(), lr=1e-4, momentum=0.9, foreach=True)
-        cases = {}
-        for mode in ("grad", "no_grad", "inference_mode", "train"):
-            m = train_model if mode == "train" else forward_model
-            cases[mode] = _step(own, m, x, mode, dev, b, opt if mode == "train" else None)[0]
+        # the same steps on the same weights (each forward case sets eval itself); the training step with a small
+        # learning rate: weights that stay finite keep the times honest
+        opt = torch.optim.SGD(base.parameters(), lr=1e-4, momentum=0.9, foreach=True)
+        cases = {mode: _step(own, base, x, mode, dev, b, opt if mode == "train" else None)[0]
+                 for mode in ("grad", "no_grad", "inference_mode", "train")}
         knobs = _timing_knobs(dev, scale, seed)
         cmp = timing.compare(cases, baseline="grad", device=dev, seed=seed, **knobs)
         here["timing"] = {
@@ -391,6 +393,9 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
                           "over_grad": 1.0 / cmp.speedup[m],
                           "over_grad_ci": [1.0 / cmp.ci[m][1], 1.0 / cmp.ci[m][0]]}
                       for m, t in cmp.timings.items()}}
+        del cases, opt
+    del base
+    _memory.release()
     return here
 
 
@@ -545,6 +550,8 @@ def estimate(spec: Spec, budget: "int | None" = None) -> dict:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise EstimateFailed(f"the estimate cannot run {spec.name}: fake tensors refused the operator "
                              f"{op or '(not named)'} ({first[:300]})", op) from e
+    finally:
+        _memory.release()  # the traces' memory back to the system
 
 
 def _run_engine(spec: Spec, own: ownmodel.Model, budget: int, command: str) -> dict:
