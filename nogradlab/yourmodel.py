@@ -339,9 +339,10 @@ def _timing_knobs(dev, scale, seed) -> dict:
 def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *, time_it: bool = True) -> dict:
     """On ``device``, at the batch of ``scale`` (:func:`here_batch`): each mode's peak memory (weights,
     inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
-    model, ours: the three forwards first, then the training step with a fresh optimizer) and, with ``time_it``, each mode's time per call by ``nogradlab.timing.compare``
-    with the claim checks' knobs (interleaved rounds; the ratio to the grad forward with its paired-bootstrap
-    95 % interval). Returns a JSON-ready dict (the document's ``here``)."""
+    model, ours: the three forwards first, then the training step with a fresh optimizer) and, with
+    ``time_it``, each mode's time per call by ``nogradlab.timing.compare`` with the claim checks' knobs
+    (interleaved rounds; the ratio to the grad forward with its paired-bootstrap 95 % interval). Returns a
+    JSON-ready dict (the document's ``here``)."""
     from . import timing
 
     dev = _device.resolve(device)
@@ -369,13 +370,13 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
         peaks[mode] = int(_memory.resident_bytes(model, entry, dev) + rep.peak_bytes)
         del model, fn, rep, extra
         _memory.release()  # freed tensors back to the system: a 1-2 GB Binder machine runs this too
+    peaks = {m: peaks[m] for m in MODES}  # in the table's order
     info = _device.describe(dev)
     here = {"device": str(dev), "hardware": _device.label(info), "torch": torch.__version__, "scale": scale,
             "batch": b, "seed": int(seed), "measured_at": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "peak_bytes": peaks, "peak_method": f"{method} ({'the caching allocator' if cuda else 'live storages'})"
             " plus the weights and inputs resident before the step"}
-    peaks = {m: peaks[m] for m in MODES}
     if time_it:
         # the same steps on the same weights (each forward case sets eval itself); the training step with a small
         # learning rate: weights that stay finite keep the times honest
