@@ -40,7 +40,11 @@ INTEGRATION_TESTS = {
     "test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
     "test_workloads.py": {"test_tiny_forward_backward"},
     "test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
+    "test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
+                           "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
 }
+# file -> tests (without parameters) that execute notebooks, in files that are otherwise unit tests
+NOTEBOOK_TESTS = {"test_your_model.py": {"test_notebook_runs_on_models_it_does_not_name"}}
 
 
 def _kind(item) -> str:
@@ -49,7 +53,7 @@ def _kind(item) -> str:
         return "notebooks"
     if path.name in BROWSER_FILES or "chromium" in item.name:
         return "browser"
-    if path.name in NOTEBOOK_FILES:
+    if path.name in NOTEBOOK_FILES or getattr(item, "originalname", item.name) in NOTEBOOK_TESTS.get(path.name, ()):
         return "notebooks"
     # the same marker on every machine: by the skip's reason, whatever its condition is here
     needs_gpu = any("CUDA GPU" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))

@@ -43,7 +43,7 @@ from typing import Any, Callable
 __all__ = ["check", "solution", "show", "exercise", "get", "all_exercises", "ExerciseError", "KINDS"]
 
 KINDS = ("code", "predict", "value")
-_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
+_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
 
 
 class ExerciseError(AssertionError):
