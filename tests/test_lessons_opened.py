@@ -12,7 +12,7 @@ import pytest
 from nogradlab import claims
 
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-ALL = ["00_index"] + list(claims.NOTEBOOKS)
+ALL = ["00_index"] + list(claims.NOTEBOOKS) + ["10_your_model"]
 MAGIC_USE = re.compile(r"^%%?(?:memory|modes)\b", re.M)
 INTERNAL = re.compile(r"\bfrom\s+nogradlab\.claims\.\w+\s+import|\bnogradlab\.claims\.\w+\.|\bclaims\.(?:measure|searches|judges?|_\w+)\.")
 CHECK_LINE = re.compile(r"^exercises\.check\(.*\)\s*;?\s*$", re.M)
