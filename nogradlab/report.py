@@ -990,7 +990,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
                           if er.get("source") or er.get("traceback") else ""))
             parts.append(f"<tr data-notebook='{_e(n['name'])}' data-status='{_e(n['status'])}'><td>{name}</td>"
                          f"<td class='status-{_e(n['status']).replace(' ', '-')}'>{_e(n['status'])}</td>"
-                         f"<td>{n['seconds']:.1f} s</td><td>{_e(', '.join(n.get('claims', [])))}</td>"
+                         f"<td>{n['seconds']:.1f} s</td><td>{_e(', '.join(n.get('claims', [])) or 'beyond the article: no claim')}</td>"
                          f"<td>{err}</td></tr>")
         parts.append("</tbody></table>")
 
