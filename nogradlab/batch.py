@@ -34,7 +34,12 @@ Two ways to decide whether a batch fits (``METHODS``), one search for both:
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
 ``2*log2(N) + 2`` trials for an answer ``N``. ``largest_batch`` starts by default (``start="auto"``)
-from a guess. For an estimate on a (virtual) CUDA device the answer is bracketed first, between the
+from a guess. For an estimate on a (virtual) CUDA device two traces (batches 1 and 2, or ``hint``) are
+fitted, allocation by allocation, as a line in the batch; the search runs on traces from that line
+(replays through the allocator's model only, no tracing) and its answer ``N`` is verified by real trials
+at ``N`` (fits) and ``N + 1`` (does not): about four traces a search (:func:`_affine_find`). Where the
+traces are not one line in the batch (different operations at another batch, or a line that misses
+twice) the bracket search finishes, saying so in a note: the answer is bracketed between the
 batch whose allocated peak reaches the budget (nothing larger fits) and the batch whose uncapped
 reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_bracketed`). Elsewhere
 (CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
@@ -538,14 +543,24 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
     replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from . import allocator as _alloc
 
+    events, reserved, allocated, notes = _trace(workload, scale, mode, batch, dev, allocator, held, fast)
+    sim = _alloc.simulate(events, allocator, budget, keep_segments=False)
+    return not sim.oom, reserved, allocated, notes
+
+
+@functools.lru_cache(maxsize=12)
+def _trace(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int,
+           fast=None) -> tuple:
+    """(allocation trace, reserved and allocated peaks without a cap, notes) of one step: what a search
+    needs of an estimate, kept for more steps than :func:`_estimate` keeps whole reports, so that the
+    searches of one model under several budgets share their traces (the fit's batches 1 and 2)."""
     r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
-    sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
-    return not sim.oom, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
+    return r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
 
 
 def _forget_estimates() -> None:
     """Empty the estimate caches (after a search of your own model, whose object they hold)."""
-    for cached in (_estimated_bytes, _estimate, _modelled_fit):
+    for cached in (_estimated_bytes, _estimate, _modelled_fit, _trace):
         cached.cache_clear()
 
 
@@ -856,7 +871,7 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                     from . import allocator as _alloc
 
                     def events_of(b):
-                        return _estimate(key, scale, mode, b, dev, allocator, held_bytes, fast).events
+                        return _trace(key, scale, mode, b, dev, allocator, held_bytes, fast)[0]
 
                     def replay(events):
                         capped = _alloc.simulate(events, allocator, budget_bytes, keep_segments=False)
