@@ -8,7 +8,7 @@ runs another checkout's ``nogradlab`` (say main's, exported with ``git archive m
 for a before/after comparison: the largest batches must agree.
 
     python benchmarks/estimate_speed.py [--models mobilenet_v3_large,efficientnet_b0,...] [--gpu 16GiB]
-        [--pythonpath DIR] [--json FILE]
+        [--pythonpath DIR] [--before DIR] [--json FILE]
 """
 from __future__ import annotations
 
@@ -59,24 +59,34 @@ def main():
     p.add_argument("--input", default="3x224x224")
     p.add_argument("--gpu", default="16GiB")
     p.add_argument("--pythonpath", default=str(ROOT), help="the checkout whose nogradlab runs (default this one)")
+    p.add_argument("--before", default=None,
+                   help="another checkout (main's): each model runs there too, right before or after this one's "
+                        "run (alternating), so both see the same machine load; its largest batches must agree")
     p.add_argument("--json", default=None, help="also write the rows here")
     args = p.parse_args()
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     print(f"nogradlab from {args.pythonpath}; budget {args.gpu}; inputs {args.input}; {os.cpu_count()} CPUs; "
           f"load average {' '.join(load)} at the start")
     modes = ("grad", "no_grad", "inference_mode", "train")
-    print(f"{'model':<22}{'seconds':>9}  " + "".join(f"{m:>16}" for m in modes) + "  trials")
+    print(f"{'model':<32}{'seconds':>9}  " + "".join(f"{m:>16}" for m in modes) + "  trials")
     rows = []
-    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
-        r = run_one(model, args.input, args.gpu, args.pythonpath)
-        rows.append(r)
-        if "error" in r:
-            print(f"{model:<22}  error: {r['error']}")
-            continue
-        cells = "".join(f"{str(r['modes'][m]['largest_batch']) + ('+' if r['modes'][m]['at_limit'] else ''):>16}"
-                        if m in r["modes"] else f"{'-':>16}" for m in modes)
-        trials = "/".join(str(r["modes"][m].get("trials")) for m in modes if m in r["modes"])
-        print(f"{model:<22}{r['seconds']:>8.1f}s  {cells}  {trials}", flush=True)
+    for i, model in enumerate([m.strip() for m in args.models.split(",") if m.strip()]):
+        runs = [("after", args.pythonpath)] + ([("before", args.before)] if args.before else [])
+        if i % 2:
+            runs.reverse()  # alternate which goes first: a drift in the machine's load hits both alike
+        for label, path in runs:
+            r = run_one(model, args.input, args.gpu, path)
+            r["checkout"] = label if args.before else path
+            rows.append(r)
+            name = f"{model} ({label})" if args.before else model
+            if "error" in r:
+                print(f"{name:<32}  error: {r['error']}")
+                continue
+            cells = "".join(f"{str(r['modes'][m]['largest_batch']) + ('+' if r['modes'][m]['at_limit'] else ''):>16}"
+                            if m in r["modes"] else f"{'-':>16}" for m in modes)
+            trials = "/".join(str(r["modes"][m].get("trials")) for m in modes if m in r["modes"])
+            load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+            print(f"{name:<32}{r['seconds']:>8.1f}s  {cells}  {trials}  (load {load})", flush=True)
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
     print(f"load average {' '.join(load)} at the end; target: <= 20 s a model on a 2-core CPU (not asserted)")
     if args.json:

@@ -442,21 +442,21 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
         seen = {}
 
         def synth(b, line=line, seen=seen):
+            if b in known:  # traced already: what the bracket search would see there
+                return probe(b)
             if b not in seen:
                 seen[b] = replay(line(b))
             return seen[b]
 
-        n = _find(synth, budget, max_batch, "auto", pts[1])
+        # the bracket search's own trial sequence (from batches 1 and ``second``), on traces from the line
+        n = _find(synth, budget, max_batch, "auto", second if misses == 0 else pts[1])
         replays += len(seen)
-        if n >= 1 and real(n) and (n == max_batch or not real(n + 1)):
+        # verified: the answer fits and one more does not, and their real traces are the line's
+        if n >= 1 and real(n) and (n == max_batch or not real(n + 1)) \
+                and all(events_of(b) == line(b) for b in (n, n + 1) if b <= max_batch):
             return n, (f"{SEARCH_NOTE}: on the allocation trace fitted as a line in the batch through batches "
                        f"{pts[0]} and {pts[1]} ({replays} replays), verified by trials at {n} (fits)"
-                       + (f" and {n + 1} (does not)" if n < max_batch else ""))
-        lo = max((b for b, ok in known.items() if ok), default=0)
-        hi = min((b for b, ok in known.items() if not ok), default=None)
-        if hi is not None and hi == lo + 1:
-            return lo, (f"{SEARCH_NOTE}: the line fitted through batches {pts[0]} and {pts[1]} missed; the trials "
-                        f"around it decided: {lo} fits, {hi} does not")
+                       + (f" and {n + 1} (does not)" if n < max_batch else "") + ", their traces on the line")
         # fit again through the two real traces nearest the boundary
         misses += 1
         near = sorted(known, key=lambda b: (abs(b - n), b))[:2]
@@ -529,11 +529,12 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
     full-size model holds tens of thousands of events: a larger cache costs a learner's kernel
     hundreds of MB). ``fast``: the transformer fast path's switch when asked, part of the key only
     (the trace with the fast path on differs, and C20 estimates with it off)."""
+    lean = dict(_trace_only=True) if str(dev).startswith("cuda") else {}  # the search needs the trace only
     if mode == "train":
         return _memory.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,
-                                held_bytes=held)
+                                held_bytes=held, **lean)
     return _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale, allocator=allocator,
-                            held_bytes=held)
+                            held_bytes=held, **lean)
 
 
 @functools.lru_cache(maxsize=4096)

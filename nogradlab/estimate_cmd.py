@@ -20,7 +20,7 @@ from . import memory as _memory
 from . import ownmodel
 
 __all__ = ["MODES", "parse_bytes", "load_factory", "Request", "check", "run", "text", "is_estimate_doc",
-           "ModelError", "failed", "one_line"]
+           "ModelError", "failed", "one_line", "estimate"]
 
 # the command's mode -> batch.largest_batch's mode (forward modes with the model in eval)
 MODES = {"grad": "grad", "no_grad": "eval+no_grad", "inference_mode": "inference_mode", "train": "train"}
@@ -73,6 +73,27 @@ def load_factory(spec: str):
     return build
 
 
+class _ModuleBuilder:
+    """A built module as the command's model: ``ownmodel.Model`` takes the module itself (copied with fake
+    or meta tensors, never changed), converted to a floating ``dtype``."""
+
+    def __init__(self, module, dtype):
+        copy = ownmodel._fake_copy(module, "meta")  # shapes only: the module itself is never changed
+        self.module = copy.to(dtype) if dtype.is_floating_point else copy
+        self.__qualname__ = type(module).__name__
+
+
+def estimate(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,inference_mode,train",
+             allocator="native", batch=1, progress=False) -> dict:
+    """``nogradlab estimate`` from Python: the document ``--json`` writes (``modes``: per mode the
+    allocated and reserved peaks at ``batch`` and the largest batch under ``gpu``; ``skipped``: modes that
+    could not be estimated, and why). ``model``: ``"MODULE:FACTORY"`` as the command takes it, a function
+    that builds an ``nn.Module``, or a built module (estimated as a copy: never changed). Raises
+    ``ValueError`` for bad arguments and :class:`ModelError` for a model that cannot be estimated."""
+    return run(check(model, input, dtype, gpu, modes, allocator, batch), progress=progress,
+               command="nogradlab.estimate_cmd.estimate")
+
+
 @dataclass
 class Request:
     model: str
@@ -108,8 +129,23 @@ def check(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,infere
     if sample * batch >= _BYTE_LIMIT:
         raise ValueError(f"--input {input} at --batch {batch} is {sample * batch} bytes of inputs, beyond the "
                          f"byte arithmetic of an estimate (int64: under {_BYTE_LIMIT} bytes)")
-    build = load_factory(model)
-    if dt.is_floating_point:  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
+    if isinstance(model, str):
+        build = load_factory(model)
+    elif isinstance(model, torch.nn.Module):  # a built module: copied, converted to a floating dtype
+        module = model
+        build = _ModuleBuilder(module, dt)
+        model = f"{type(module).__name__} (a built module)"
+    elif callable(model):
+        factory_fn = model
+
+        def build():
+            return factory_fn()
+        build.__qualname__ = ownmodel._name_of(factory_fn)
+        model = f"{getattr(factory_fn, '__module__', '?')}:{build.__qualname__}"
+    else:
+        raise ValueError(f"the model is MODULE:FACTORY (e.g. torchvision.models:resnet18), a function that "
+                         f"builds an nn.Module, or an nn.Module; got {type(model).__name__}")
+    if dt.is_floating_point and not isinstance(build, _ModuleBuilder):  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
         from .workloads import _default_dtype
 
         factory = build
@@ -173,7 +209,8 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
     from . import cudamodel
     from .memory import InputMismatch
 
-    own = ownmodel.Model(req.build, (req.shape, req.dtype), name=req.build.__qualname__)
+    what = req.build.module if isinstance(req.build, _ModuleBuilder) else req.build
+    own = ownmodel.Model(what, (req.shape, req.dtype), name=req.build.__qualname__)
     structure = _structure(own, req)
     trainable = any(p.requires_grad for p in structure.parameters())
     bar = None

@@ -739,6 +739,27 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
     return report
 
 
+def _run_traced(fn, dev, label) -> MemoryReport:
+    """``fn()`` as :func:`_run` runs it (the collector off, the grad mode restored, a young-generation
+    collection, then the result dropped), without the storage trackers: for an estimate that needs only
+    the allocation trace its recorder keeps. The report's storage figures read 0."""
+    _warm_up()
+    grad_enabled = torch.is_grad_enabled()
+    gc_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = fn()
+        torch.set_grad_enabled(grad_enabled)
+        gc.collect(0)
+        del result
+    finally:
+        torch.set_grad_enabled(grad_enabled)
+        if gc_enabled:
+            gc.enable()
+    return MemoryReport(peak_bytes=0, retained_bytes=0, saved_bytes=0, saved_tensors=0, device=str(dev),
+                        method="fake (allocation trace only)", label=label)
+
+
 def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, *, model=None,
                   method: str = "auto", timeline: bool = False, on_mode=None) -> dict:
     """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
@@ -1052,7 +1073,7 @@ ALLOCATORS = ("native", "expandable_segments")
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
              seed: int = 0, allocator: str = "native", held_bytes: int = 0,
-             inputs=None) -> MemoryReport:
+             inputs=None, _trace_only: bool = False) -> MemoryReport:
     """The memory report of one step of ``workload`` at ``batch``, computed under
     ``FakeTensorMode``: shapes and bytes without allocating, for any device (also ``"cuda"``
     on a machine without a GPU).
@@ -1123,6 +1144,9 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     if virtual and setting is not None and setting.autocast:
         notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
                      "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
+    # the allocation trace alone (the largest-batch search's trials): the storage trackers are left out,
+    # the trace is the same (they allocate nothing); peak_bytes, saved_bytes... then read 0
+    trace_only = bool(_trace_only) and cuda and not timeline
     own = isinstance(wl, ownmodel.Model)
     if own:  # built once on meta, outside any fake mode (errors in the builder surface here)
         how = _TEMPLATES.own(wl, dtype)[4]
@@ -1161,10 +1185,12 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                         with km if km is not None else contextlib.nullcontext(), \
                                 _SameDtypes(wl.name) if own else contextlib.nullcontext():
                             return fn()
+                label = f"{wl.name} {step} {mode if step == 'forward' else optimizer} batch {batch}"
                 try:
-                    report = _run(run, target_dev, "storage", (), timeline, block,
-                                  f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
-                                  f"batch {batch}", False, fake=True)
+                    if trace_only:
+                        report = _run_traced(run, target_dev, label)
+                    else:
+                        report = _run(run, target_dev, "storage", (), timeline, block, label, False, fake=True)
                 finally:
                     if rec is not None:
                         rec.active = False
