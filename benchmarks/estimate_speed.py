@@ -41,8 +41,9 @@ print("RESULT " + json.dumps({"seconds": dt, "modes": {m: {"largest_batch": e["l
 def run_one(model: str, shape: str, gpu: str, pythonpath: str) -> dict:
     env = dict(os.environ, PYTHONPATH=pythonpath)
     t0 = time.perf_counter()
+    # run from the checkout's own folder: ``python -c`` puts the working directory first on sys.path
     p = subprocess.run([sys.executable, "-c", _CHILD, f"torchvision.models:{model}", shape, gpu],
-                       capture_output=True, text=True, env=env)
+                       capture_output=True, text=True, env=env, cwd=pythonpath)
     wall = time.perf_counter() - t0
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     if p.returncode != 0 or line is None:
