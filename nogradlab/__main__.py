@@ -170,13 +170,9 @@ def _estimate(args, command: str) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 - a model that cannot be estimated: say why, no traceback
-        from .memory import NotEstimable
-
-        if not isinstance(e, NotEstimable):
-            raise
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+    except BaseException as e:  # noqa: BLE001 - a model that cannot be estimated: one line, no traceback
+        print(f"error: {estimate_cmd.one_line(e)}", file=sys.stderr)
+        return 2
     print(estimate_cmd.text(doc))
     if args.json:
         import json
@@ -188,7 +184,7 @@ def _estimate(args, command: str) -> int:
             print(f"error: could not write {args.json}: {e}", file=sys.stderr)
             return 1
         print(f"estimate JSON: {Path(args.json).resolve()}")
-    return 0
+    return 2 if estimate_cmd.failed(doc) else 0
 
 
 if __name__ == "__main__":

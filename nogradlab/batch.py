@@ -34,7 +34,12 @@ Two ways to decide whether a batch fits (``METHODS``), one search for both:
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
 ``2*log2(N) + 2`` trials for an answer ``N``. ``largest_batch`` starts by default (``start="auto"``)
-from a guess. For an estimate on a (virtual) CUDA device the answer is bracketed first, between the
+from a guess. For an estimate on a (virtual) CUDA device two traces (batches 1 and 2, or ``hint``) are
+fitted, allocation by allocation, as a line in the batch; the search runs on traces from that line
+(replays through the allocator's model only, no tracing) and its answer ``N`` is verified by real trials
+at ``N`` (fits) and ``N + 1`` (does not): about four traces a search (:func:`_affine_find`). Where the
+traces are not one line in the batch (different operations at another batch, or a line that misses
+twice) the bracket search finishes, saying so in a note: the answer is bracketed between the
 batch whose allocated peak reaches the budget (nothing larger fits) and the batch whose uncapped
 reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_bracketed`). Elsewhere
 (CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
@@ -348,6 +353,131 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
     return lo
 
 
+# --------------------------------------------------------------------------------------------
+# the estimate's search on a (virtual) CUDA device: an affine fit of the allocation trace
+
+
+SEARCH_NOTE = "how the largest batch was searched"  # the start of the note that says so (one per search)
+
+
+def _affine_trace(ev_a: list, a: int, ev_b: list, b: int):
+    """``trace(n)``: the allocation trace at batch ``n`` on the line through the traces at batches
+    ``a`` and ``b`` (every allocation's bytes affine in the batch, rounded to whole bytes), or None
+    where the two traces are not the same operations in the same order (shapes or control flow that
+    change with the batch) or a size shrinks as the batch grows."""
+    if len(ev_a) != len(ev_b) or a == b:
+        return None
+    varying = []  # (index, kind, key, bytes at a, bytes at b): only what changes with the batch
+    for i, (x, y) in enumerate(zip(ev_a, ev_b)):
+        if x == y:
+            continue
+        if x[0] != y[0] or x[0] not in ("alloc", "try_alloc") or x[1] != y[1]:
+            return None
+        sa = x[2] if x[0] == "try_alloc" else (x[2],)
+        sb = y[2] if y[0] == "try_alloc" else (y[2],)
+        if x[0] == "try_alloc" and len(sa) != len(sb):
+            # a cuDNN workspace's fallback (the input's bytes, proportional to the batch) is offered only
+            # while it is smaller than the workspace: carry it from the trace that has it, scaled
+            if min(len(sa), len(sb)) != 1 or max(len(sa), len(sb)) != 2:
+                return None
+            src, at_b = (sa, a) if len(sa) == 2 else (sb, b)
+            varying.append((i, "try_alloc*", x[1], (sa[0], sb[0]), (src[1], at_b)))
+            continue
+        if any((q - p) * (b - a) < 0 for p, q in zip(sa, sb)):
+            return None
+        varying.append((i, x[0], x[1], sa, sb))
+
+    def at(n: int, p: int, q: int) -> int:
+        return max(0, p + ((q - p) * (n - a) * 2 + (b - a)) // (2 * (b - a)))  # rounded to the nearest
+
+    def trace(n: int) -> list:
+        out = list(ev_a)
+        for i, kind, key, sa, sb in varying:
+            if kind == "try_alloc*":
+                ws, (f, fb) = at(n, *sa), sb
+                fallback = (f * n + fb // 2) // fb
+                out[i] = ("try_alloc", key, (ws, fallback) if 0 < fallback < ws else (ws,))
+                continue
+            sizes = tuple(at(n, p, q) for p, q in zip(sa, sb))
+            out[i] = (kind, key, sizes) if kind == "try_alloc" else (kind, key, sizes[0])
+        return out
+
+    return trace
+
+
+def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=None) -> tuple:
+    """The largest batch that fits, from few traces: ``(batch, note)``.
+
+    ``probe(b)``: a real trial (a fake-tensor trace replayed through the allocator's model under the
+    cap: ``(fits, reserved, allocated)``, recorded); ``events_of(b)``: that trial's allocation trace;
+    ``replay(events)``: ``(fits, reserved, allocated)`` of any trace. The traces at batches 1 and 2 (or
+    ``hint``, a batch believed near the answer) are fitted, allocation by allocation, by a line in the
+    batch (:func:`_affine_trace`); the search then runs on traces taken from that line, replays only,
+    exact for them (:func:`_find`). The answer ``N`` is then verified by two real trials, at ``N``
+    (fits) and ``N + 1`` (does not). Where the check fails the line is fitted again through the real
+    traces nearest the answer (a library workspace grows piecewise with the batch); where the traces
+    differ in their operations, or the second fit misses too, the bracket search
+    (:func:`_bracketed`, every trial real) finishes from what is known, and the note says so. Exact
+    for any ``fits`` that is monotone in the batch: the fit only chooses the trials."""
+    known = {}
+
+    def real(b):
+        ok = bool(probe(b)[0])
+        known[b] = ok
+        return ok
+
+    if not real(1):
+        return 0, None
+    if max_batch == 1:
+        return 1, None
+    second = min(max(int(hint or 2), 2), max_batch)
+    real(second)
+    pts = (1, second)
+    replays = 0
+    why = None
+    misses = 0
+    while misses < 2:
+        line = _affine_trace(events_of(pts[0]), pts[0], events_of(pts[1]), pts[1])
+        if line is None and pts[0] == 1 and 2 * pts[1] <= max_batch:
+            # batch 1 is often special (a transpose of a dimension of size 1 is a view, not a copy):
+            # fit through the second batch and twice it instead
+            pts = (pts[1], 2 * pts[1])
+            real(pts[1])  # a trace for the line, whether it fits or not
+            continue
+        if line is None:
+            why = (f"the allocation traces of batches {pts[0]} and {pts[1]} are not the same operations "
+                   "(shapes or control flow change with the batch)")
+            break
+        seen = {}
+
+        def synth(b, line=line, seen=seen):
+            if b in known:  # traced already: what the bracket search would see there
+                return probe(b)
+            if b not in seen:
+                seen[b] = replay(line(b))
+            return seen[b]
+
+        # the bracket search's own trial sequence (from batches 1 and ``second``), on traces from the line
+        n = _find(synth, budget, max_batch, "auto", second if misses == 0 else pts[1])
+        replays += len(seen)
+        # verified: the answer fits and one more does not, and their real traces are the line's
+        if n >= 1 and real(n) and (n == max_batch or not real(n + 1)) \
+                and all(events_of(b) == line(b) for b in (n, n + 1) if b <= max_batch):
+            return n, (f"{SEARCH_NOTE}: on the allocation trace fitted as a line in the batch through batches "
+                       f"{pts[0]} and {pts[1]} ({replays} replays), verified by trials at {n} (fits)"
+                       + (f" and {n + 1} (does not)" if n < max_batch else "") + ", their traces on the line")
+        # fit again through the two real traces nearest the boundary
+        misses += 1
+        near = sorted(known, key=lambda b: (abs(b - n), b))[:2]
+        if len(near) < 2:
+            break
+        pts = tuple(sorted(near))
+        why = "memory is not affine in the batch here (the fitted line missed twice)"
+    found = _find(probe, budget, max_batch, "auto", hint)
+    return found, (f"{SEARCH_NOTE}: bracket search, every trial traced ({why or 'the fitted line missed'}; "
+                   f"{replays} replays of fitted traces chose no answer)")
+
+
 def _fastpath_enabled():
     """The transformer fast path's switch (``torch.backends.mha``), or None where torch has none."""
     mha = getattr(torch.backends, "mha", None)
@@ -408,11 +538,12 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
     full-size model holds tens of thousands of events: a larger cache costs a learner's kernel
     hundreds of MB). ``fast``: the transformer fast path's switch when asked, part of the key only
     (the trace with the fast path on differs, and C20 estimates with it off)."""
+    lean = dict(_trace_only=True) if str(dev).startswith("cuda") else {}  # the search needs the trace only
     if mode == "train":
         return _memory.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,
-                                held_bytes=held)
+                                held_bytes=held, **lean)
     return _memory.estimate(workload, batch, dev, _SETTINGS[mode], scale=scale, allocator=allocator,
-                            held_bytes=held)
+                            held_bytes=held, **lean)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -422,14 +553,24 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
     replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from . import allocator as _alloc
 
+    events, reserved, allocated, notes = _trace(workload, scale, mode, batch, dev, allocator, held, fast)
+    sim = _alloc.simulate(events, allocator, budget, keep_segments=False)
+    return not sim.oom, reserved, allocated, notes
+
+
+@functools.lru_cache(maxsize=12)
+def _trace(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int,
+           fast=None) -> tuple:
+    """(allocation trace, reserved and allocated peaks without a cap, notes) of one step: what a search
+    needs of an estimate, kept for more steps than :func:`_estimate` keeps whole reports, so that the
+    searches of one model under several budgets share their traces (the fit's batches 1 and 2)."""
     r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
-    sim = _alloc.simulate(r.events, allocator, budget, keep_segments=False)
-    return not sim.oom, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
+    return r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
 
 
 def _forget_estimates() -> None:
     """Empty the estimate caches (after a search of your own model, whose object they hold)."""
-    for cached in (_estimated_bytes, _estimate, _modelled_fit):
+    for cached in (_estimated_bytes, _estimate, _modelled_fit, _trace):
         cached.cache_clear()
 
 
@@ -735,8 +876,23 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                     notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
                     return (ok, n, allocated) if cuda else (ok, n)
 
-                result.batch = _find(_recorded(estimated, record), budget_bytes, max_batch, start,
-                                     hint)
+                probe = _recorded(estimated, record)
+                if cuda and start == "auto":
+                    from . import allocator as _alloc
+
+                    def events_of(b):
+                        return _trace(key, scale, mode, b, dev, allocator, held_bytes, fast)[0]
+
+                    def replay(events):
+                        capped = _alloc.simulate(events, allocator, budget_bytes, keep_segments=False)
+                        free = _alloc.simulate(events, allocator, None, keep_segments=False)
+                        return not capped.oom, free.reserved_peak_bytes, free.allocated_peak_bytes
+
+                    result.batch, how = _affine_find(probe, events_of, replay, budget_bytes, max_batch, hint)
+                    if how:
+                        notes.append(how)
+                else:
+                    result.batch = _find(probe, budget_bytes, max_batch, start, hint)
             else:
                 result.batch = _search_real(wl, mode, torch.device(dev), budget_bytes, max_batch,
                                             start, record, result, hint)

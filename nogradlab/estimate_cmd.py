@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import re
 from dataclasses import dataclass
 
@@ -18,12 +19,16 @@ from . import batch as _batch
 from . import memory as _memory
 from . import ownmodel
 
-__all__ = ["MODES", "parse_bytes", "load_factory", "Request", "check", "run", "text", "is_estimate_doc"]
+__all__ = ["MODES", "parse_bytes", "load_factory", "Request", "check", "run", "text", "is_estimate_doc",
+           "ModelError", "failed", "one_line", "estimate"]
 
 # the command's mode -> batch.largest_batch's mode (forward modes with the model in eval)
 MODES = {"grad": "grad", "no_grad": "eval+no_grad", "inference_mode": "inference_mode", "train": "train"}
 _UNITS = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+_BYTE_LIMIT = 2 ** 62  # input bytes an estimate's arithmetic (int64, with room for sums) can hold
 
 
 def parse_bytes(spec: str) -> int:
@@ -68,6 +73,27 @@ def load_factory(spec: str):
     return build
 
 
+class _ModuleBuilder:
+    """A built module as the command's model: ``ownmodel.Model`` takes the module itself (copied with fake
+    or meta tensors, never changed), converted to a floating ``dtype``."""
+
+    def __init__(self, module, dtype):
+        copy = ownmodel._fake_copy(module, "meta")  # shapes only: the module itself is never changed
+        self.module = copy.to(dtype) if dtype.is_floating_point else copy
+        self.__qualname__ = type(module).__name__
+
+
+def estimate(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,inference_mode,train",
+             allocator="native", batch=1, progress=False) -> dict:
+    """``nogradlab estimate`` from Python: the document ``--json`` writes (``modes``: per mode the
+    allocated and reserved peaks at ``batch`` and the largest batch under ``gpu``; ``skipped``: modes that
+    could not be estimated, and why). ``model``: ``"MODULE:FACTORY"`` as the command takes it, a function
+    that builds an ``nn.Module``, or a built module (estimated as a copy: never changed). Raises
+    ``ValueError`` for bad arguments and :class:`ModelError` for a model that cannot be estimated."""
+    return run(check(model, input, dtype, gpu, modes, allocator, batch), progress=progress,
+               command="nogradlab.estimate_cmd.estimate")
+
+
 @dataclass
 class Request:
     model: str
@@ -96,8 +122,30 @@ def check(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,infere
         raise ValueError(f"unknown allocator {allocator!r}; allowed: {', '.join(_memory.ALLOCATORS)}")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"--batch must be a positive integer, got {batch!r}")
-    build = load_factory(model)
-    if dt.is_floating_point:  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
+    from .workloads import check_batch
+
+    check_batch(batch, "--batch")
+    sample = math.prod(shape) * dt.itemsize
+    if sample * batch >= _BYTE_LIMIT:
+        raise ValueError(f"--input {input} at --batch {batch} is {sample * batch} bytes of inputs, beyond the "
+                         f"byte arithmetic of an estimate (int64: under {_BYTE_LIMIT} bytes)")
+    if isinstance(model, str):
+        build = load_factory(model)
+    elif isinstance(model, torch.nn.Module):  # a built module: copied, converted to a floating dtype
+        module = model
+        build = _ModuleBuilder(module, dt)
+        model = f"{type(module).__name__} (a built module)"
+    elif callable(model):
+        factory_fn = model
+
+        def build():
+            return factory_fn()
+        build.__qualname__ = ownmodel._name_of(factory_fn)
+        model = f"{getattr(factory_fn, '__module__', '?')}:{build.__qualname__}"
+    else:
+        raise ValueError(f"the model is MODULE:FACTORY (e.g. torchvision.models:resnet18), a function that "
+                         f"builds an nn.Module, or an nn.Module; got {type(model).__name__}")
+    if dt.is_floating_point and not isinstance(build, _ModuleBuilder):  # a floating dtype is the model's too (a bf16 model on bf16 inputs)
         from .workloads import _default_dtype
 
         factory = build
@@ -107,7 +155,8 @@ def check(model, input, dtype="float32", gpu="24GiB", modes="grad,no_grad,infere
                 return factory()
         build.__qualname__ = factory.__qualname__
     return Request(model=model, build=build, shape=shape, dtype=dt, budget=budget,
-                   modes=list(dict.fromkeys(names)), allocator=allocator, batch=batch)
+                   modes=list(dict.fromkeys(names)), allocator=allocator, batch=batch,
+                   max_batch=max(1, min(65536, _BYTE_LIMIT // max(sample, 1))))
 
 
 def _factor(num, den):
@@ -116,9 +165,54 @@ def _factor(num, den):
     return round(num["largest_batch"] / den["largest_batch"], 3)
 
 
+class ModelError(ValueError):
+    """The model could not be built or estimated: one line saying why (the command exits 2)."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its type (unless it is one of ours) and its message's first line."""
+    from .memory import InputMismatch, NotEstimable
+
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, (ModelError, InputMismatch, NotEstimable)):
+        return msg
+    if isinstance(e, RecursionError):
+        return f"RecursionError: {msg[:200]} (the model's forward or builder recurses without end)"
+    return f"{type(e).__name__}: {msg[:300]}" if msg else type(e).__name__
+
+
+def _structure(own, req):
+    """The model built once on meta (``Model.structure``), errors as :class:`ModelError`, before any mode
+    runs: a factory that raises (even ``SystemExit``), returns no module, or pins its weights elsewhere."""
+    from .memory import _TEMPLATES
+
+    try:
+        return _TEMPLATES.own(own, None)[0]
+    except KeyboardInterrupt:
+        raise
+    except SystemExit as e:
+        raise ModelError(f"the factory {req.model} raised SystemExit({e.code!r}) while building the model") from None
+    except Exception as e:  # noqa: BLE001 - any failure of the user's builder: one line
+        hint = (" (if the factory converts the model's dtype itself, e.g. .half(), give --dtype instead)"
+                if "swap" in str(e).lower() or "dtype" in str(e).lower() else "")
+        why = one_line(e) if not str(e).startswith("the builder") else str(e).splitlines()[0]
+        raise ModelError(f"the factory {req.model} failed: {why}{hint}") from None
+
+
 def run(req: Request, progress: bool = True, command: str = "") -> dict:
-    """Per mode: the estimate at ``req.batch`` and the largest batch under the budget."""
-    own = ownmodel.Model(req.build, (req.shape, req.dtype), name=req.build.__qualname__)
+    """Per mode: the estimate at ``req.batch`` and the largest batch under the budget.
+
+    A mode that cannot be estimated does not lose the others: it is listed under ``skipped`` (mode ->
+    reason) and left out of ``modes``; ``not_applicable`` marks those that do not apply to the model (a
+    training step of a model without a parameter that requires grad). Raises :class:`ModelError` when
+    the model cannot be built at all, or when no mode could be estimated (the first mode's reason)."""
+    from . import cudamodel
+    from .memory import InputMismatch
+
+    what = req.build.module if isinstance(req.build, _ModuleBuilder) else req.build
+    own = ownmodel.Model(what, (req.shape, req.dtype), name=req.build.__qualname__)
+    structure = _structure(own, req)
+    trainable = any(p.requires_grad for p in structure.parameters())
     bar = None
     if progress:
         import sys
@@ -126,33 +220,53 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=2 * len(req.modes), desc=own.name, unit="step", file=sys.stderr)
-    out, notes = {}, []
+    out, notes, skipped, not_applicable = {}, [], {}, []
+    fast = _batch._fastpath_enabled()
     try:
         for m in req.modes:
-            setting = _batch._SETTINGS[MODES[m]]
+            if m == "train" and not trainable:
+                skipped[m] = ("not applicable: no parameter of the model requires grad (a frozen or "
+                              "parameter-free model), so there is no training step to size")
+                not_applicable.append(m)
+                if bar is not None:
+                    bar.update(2)
+                continue
             if bar is not None:
                 bar.set_postfix_str(f"{m}: batch {req.batch}")
-            kw = dict(step="train") if setting is None else dict(mode=setting)
-            r = _memory.estimate(own, req.batch, "cuda", allocator=req.allocator, **kw)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(f"{m}: largest batch")
-            b = _batch.largest_batch(own, MODES[m], req.budget, "cuda", method="estimate",
-                                     allocator=req.allocator, max_batch=req.max_batch)
+            try:
+                # the search's own cached trace: at batch 1 it is the search's first trial too
+                r = _batch._estimate(own, "", MODES[m], req.batch, "cuda:0", req.allocator, 0, fast)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix_str(f"{m}: largest batch")
+                b = _batch.largest_batch(own, MODES[m], req.budget, "cuda", method="estimate",
+                                         allocator=req.allocator, max_batch=req.max_batch)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except InputMismatch as e:  # the same for every mode: the inputs are wrong, not a mode
+                raise ModelError(one_line(e)) from None
+            except Exception as e:  # noqa: BLE001 - keep the modes already estimated; say why this one failed
+                skipped[m] = one_line(e)
+                continue
+            finally:
+                _batch._forget_estimates()
             if bar is not None:
                 bar.update(1)
             out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
                       "largest_batch": b.batch, "at_limit": b.at_limit, "setting": MODES[m],
-                      "trials": len(b.trials)}
-            notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes"))
+                      "trials": len(b.trials), "seconds": b.seconds,
+                      "search": next((n.split(": ", 1)[1] for n in b.notes if n.startswith(_batch.SEARCH_NOTE)), "")}
+            notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes")
+                         and not n.startswith(_batch.SEARCH_NOTE))
     finally:
         if bar is not None:
             bar.close()
-    from . import cudamodel
-
+    if not out and skipped and len(not_applicable) < len(skipped):
+        first = next(m for m in skipped if m not in not_applicable)
+        raise ModelError(f"no mode could be estimated; {first}: {skipped[first]}")
     prof = cudamodel.profile()
     ng = out.get("no_grad")
-    return {
+    doc = {
         "meta": {"tool": "nogradlab", "source": "estimate", "model": req.model, "name": own.name,
                  "input": "x".join(map(str, req.shape)), "dtype": str(req.dtype).replace("torch.", ""),
                  "gpu_bytes": req.budget, "allocator": req.allocator, "batch": req.batch,
@@ -163,6 +277,15 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
         "no_grad_factor": {"over_grad": _factor(ng, out.get("grad")), "over_train": _factor(ng, out.get("train"))},
         "notes": notes,
     }
+    if skipped:
+        doc["skipped"] = skipped
+        doc["not_applicable"] = not_applicable
+    return doc
+
+
+def failed(doc: dict) -> bool:
+    """Whether a mode asked for failed (not merely not applicable): the command then exits 2."""
+    return any(m not in doc.get("not_applicable", []) for m in doc.get("skipped", {}))
 
 
 def is_estimate_doc(doc) -> bool:
@@ -180,11 +303,17 @@ def text(doc: dict) -> str:
     b = meta["batch"]
     lines = [f"{meta['name']} ({meta['model']}), inputs {meta['input']} {meta['dtype']}, budget "
              f"{fb(meta['gpu_bytes'])} on {meta['device']}, {meta['gpu_profile']} modelled, "
-             f"{meta['allocator']} allocator",
-             f"{'mode':<16}{f'allocated @{b}':>16}{f'reserved @{b}':>16}{'largest batch':>16}"]
+             f"{meta['allocator']} allocator"]
+    rows = [("mode", f"allocated @{b}", f"reserved @{b}", "largest batch")]
     for m, e in doc["modes"].items():
         lb = f"{e['largest_batch']}" + (" (at limit)" if e["at_limit"] else "")
-        lines.append(f"{m:<16}{fb(e['allocated_peak_bytes']):>16}{fb(e['reserved_peak_bytes']):>16}{lb:>16}")
+        rows.append((m, fb(e["allocated_peak_bytes"]), fb(e["reserved_peak_bytes"]), lb))
+    # columns two spaces apart, each as wide as its widest cell: they never run together
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
+    for m, why in doc.get("skipped", {}).items():
+        lines.append(f"{m}: {why}" if why.startswith("not applicable") else f"{m}: not estimated: {why}")
     f = doc["no_grad_factor"]
     ng = doc["modes"].get("no_grad")
     for key, other in (("over_grad", "grad"), ("over_train", "train")):
@@ -198,4 +327,5 @@ def text(doc: dict) -> str:
         lines.append(f"at limit: every batch up to max_batch={meta['max_batch']} fitted; the real largest "
                      "batch may be larger")
     lines += ["notes:"] + [f"  - {n}" for n in doc["notes"]]
+    lines += [f"  - {m}'s largest batch: {e['search']}" for m, e in doc["modes"].items() if e.get("search")]
     return "\n".join(lines)

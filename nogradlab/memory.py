@@ -780,6 +780,27 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
     return report
 
 
+def _run_traced(fn, dev, label) -> MemoryReport:
+    """``fn()`` as :func:`_run` runs it (the collector off, the grad mode restored, a young-generation
+    collection, then the result dropped), without the storage trackers: for an estimate that needs only
+    the allocation trace its recorder keeps. The report's storage figures read 0."""
+    _warm_up()
+    grad_enabled = torch.is_grad_enabled()
+    gc_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = fn()
+        torch.set_grad_enabled(grad_enabled)
+        gc.collect(0)
+        del result
+    finally:
+        torch.set_grad_enabled(grad_enabled)
+        if gc_enabled:
+            gc.enable()
+    return MemoryReport(peak_bytes=0, retained_bytes=0, saved_bytes=0, saved_tensors=0, device=str(dev),
+                        method="fake (allocation trace only)", label=label)
+
+
 def measure_modes(fn, modes=("grad", "no_grad", "inference_mode"), device=None, *, model=None,
                   method: str = "auto", timeline: bool = False, on_mode=None) -> dict:
     """``{mode: MemoryReport}``: :func:`measure` of ``fn()`` once under each gradient mode or
@@ -906,6 +927,7 @@ class _Templates:
 
     def __init__(self):
         self._store: dict = {}
+        self._own = weakref.WeakKeyDictionary()  # your own model (ownmodel.Model) -> {dtype: entry}
         self._lock = threading.Lock()
 
     @staticmethod
@@ -920,12 +942,64 @@ class _Templates:
                 bool(recorded))
 
     def get(self, wl, dtype, dev, recorded):
+        from . import ownmodel
+
+        if isinstance(wl, ownmodel.Model):
+            return self.own(wl, dtype)
         key = self._key(wl, dtype, dev, recorded)
         return None if key is None else self._store.get(key)
+
+    def own(self, wl, dtype):
+        """Your own model's template: its structure built once on ``meta`` (``Model.structure``:
+        outside any fake mode, so a builder never runs on fake tensors, whose values read 0 and whose
+        modes can clash with a builder's own), with the construction's allocations as recorded on
+        ``meta`` (or, where the builder could not run on ``meta``, one allocation per tensor in the
+        order the module holds them). Kept while the ``Model`` object lives."""
+        from . import cudamodel
+
+        key = str(dtype or "")
+        with self._lock:
+            entry = self._own.get(wl, {}).get(key)
+        if entry is not None:
+            return entry
+        module, rec, how = wl.structure(dtype, recorder_factory=lambda: cudamodel.AllocationRecorder("meta"))
+        named = self._named_storages(module)
+        keys, events, last = {}, None, 0
+        if rec is not None:
+            for name, st in named:
+                seen = rec._seen.get(id(st))
+                if seen is None or seen[0]() is not st:
+                    keys = None  # a tensor the recorder did not see being made (a view, a constant)
+                    break
+                keys[name] = seen[1]
+            if keys is not None:
+                alive = {e[1] for e in rec.events if e[0] == "alloc"} - {e[1] for e in rec.events if e[0] == "free"}
+                if set(keys.values()) <= alive:
+                    events = [e for e in rec.events if e[0] != "mark"]
+                    last = max((e[1] for e in events if e[0] in ("alloc", "try_alloc") and isinstance(e[1], int)),
+                               default=0)
+        if events is None:
+            # one allocation per storage, in the order a fake copy of the module makes them (module by
+            # module: parameters, buffers, other tensor attributes)
+            events, by_storage = [], {}
+            for m in module.modules():
+                for t in [*m._parameters.values(), *m._buffers.values(),
+                          *(v for v in vars(m).values() if isinstance(v, torch.Tensor))]:
+                    st = _storage(t) if t is not None else None
+                    if st is not None and id(st) not in by_storage:
+                        by_storage[id(st)] = len(by_storage) + 1
+                        events.append(("alloc", by_storage[id(st)], int(st.nbytes())))
+            keys = {name: by_storage[id(st)] for name, st in named}
+            last = len(by_storage)
+        entry = (module, events, keys, last, how)
+        with self._lock:
+            self._own.setdefault(wl, {})[key] = entry
+        return entry
 
     def clear(self):
         with self._lock:
             self._store.clear()
+            self._own.clear()
 
     @staticmethod
     def _named_storages(model):
@@ -992,7 +1066,7 @@ class _Templates:
     def materialize(entry, skeleton, dev, rec):
         """Give ``skeleton`` (from :meth:`copy`) fake storages on ``dev`` under the active fake
         mode, and replay the construction's events into ``rec``."""
-        _, events, keys, last_key = entry
+        events, keys, last_key = entry[1:4]
         if rec is not None:
             rec.active = False
         try:
@@ -1009,6 +1083,9 @@ class _Templates:
                     for name, t in tensors.items():
                         if t is not None:
                             tensors[name] = fresh(t)
+                for name, t in list(vars(m).items()):  # tensors kept as plain attributes (your own models)
+                    if isinstance(t, torch.Tensor):
+                        m.__dict__[name] = fresh(t)
             model = skeleton
         finally:
             if rec is not None:
@@ -1035,7 +1112,7 @@ ALLOCATORS = ("native", "expandable_segments")
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
              seed: int = 0, allocator: str = "native", held_bytes: int = 0,
-             inputs=None) -> MemoryReport:
+             inputs=None, _trace_only: bool = False) -> MemoryReport:
     """The memory report of one step of ``workload`` at ``batch``, computed under
     ``FakeTensorMode``: shapes and bytes without allocating, for any device (also ``"cuda"``
     on a machine without a GPU).
@@ -1106,6 +1183,15 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     if virtual and setting is not None and setting.autocast:
         notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
                      "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
+    # the allocation trace alone (the largest-batch search's trials): the storage trackers are left out,
+    # the trace is the same (they allocate nothing); peak_bytes, saved_bytes... then read 0
+    trace_only = bool(_trace_only) and cuda and not timeline
+    own = isinstance(wl, ownmodel.Model)
+    if own:  # built once on meta, outside any fake mode (errors in the builder surface here)
+        how = _TEMPLATES.own(wl, dtype)[4]
+        if how not in ("built on the meta device", "a copy of the given module"):
+            notes.append(f"{wl.name} was {how}")
+
     def attempt(target_dev, fast_path):
         """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a
         fused transformer path, recorder, kernel model)."""
@@ -1133,14 +1219,17 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                     for m in model.modules())
                 base = _entry_bytes(model, entry, block)
                 run = fn
-                if km is not None:
+                if km is not None or own:
                     def run(fn=fn):  # the kernel model sits above the trackers _run enters
-                        with km:
+                        with km if km is not None else contextlib.nullcontext(), \
+                                _SameDtypes(wl.name) if own else contextlib.nullcontext():
                             return fn()
+                label = f"{wl.name} {step} {mode if step == 'forward' else optimizer} batch {batch}"
                 try:
-                    report = _run(run, target_dev, "storage", (), timeline, block,
-                                  f"{wl.name} {step} {mode if step == 'forward' else optimizer} "
-                                  f"batch {batch}", False, fake=True)
+                    if trace_only:
+                        report = _run_traced(run, target_dev, label)
+                    else:
+                        report = _run(run, target_dev, "storage", (), timeline, block, label, False, fake=True)
                 finally:
                     if rec is not None:
                         rec.active = False
@@ -1159,7 +1248,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                              "fast path off")
                 report, base, fused, rec, km = attempt(target_dev, fast_path)
         except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
-            if target_dev is attempts[-1]:
+            if target_dev is attempts[-1] or isinstance(e, InputMismatch):
                 _not_estimable(e, wl.name)
                 raise
             last_error = e
@@ -1192,6 +1281,42 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         report.notes = notes + extra + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover
+
+
+class InputMismatch(ValueError):
+    """Your own model cannot take the inputs it is given: an operator that needs tensors of one dtype
+    got several (``--dtype int64`` into an ``nn.Linear``; a builder that calls ``.half()`` fed float32
+    inputs). Fake tensors' kernels do not check this; the real model raises."""
+
+
+# operators whose tensor arguments must share one dtype on the real device
+_SAME_DTYPE_OPS = frozenset({
+    "mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "matmul", "linear", "_addmm_activation",
+    "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "cudnn_convolution", "mkldnn_convolution", "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention", "scaled_dot_product_attention"})
+
+
+class _SameDtypes(TorchDispatchMode):
+    """Raises :class:`InputMismatch` where an operator of ``_SAME_DTYPE_OPS`` gets tensors of several
+    dtypes, as the real kernels do (the fake ones do not check)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        op = func.overloadpacket.__name__
+        if op in _SAME_DTYPE_OPS:
+            dts = list(dict.fromkeys(a.dtype for a in args if isinstance(a, torch.Tensor)))
+            if len(dts) > 1:
+                names = " and ".join(str(d).replace("torch.", "") for d in dts)
+                ints = [d for d in dts if not (d.is_floating_point or d.is_complex)]
+                hint = (" (integer inputs go to an embedding, not to this layer: give a floating --dtype)" if ints
+                        else " (the model's weights and its inputs differ: give --dtype the weights' dtype)")
+                raise InputMismatch(f"{self.name} cannot take these inputs: aten.{op} got {names} tensors, and "
+                                    f"the real model raises a dtype error there{hint}")
+        return func(*args, **(kwargs or {}))
 
 
 class NotEstimable(RuntimeError):

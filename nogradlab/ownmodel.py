@@ -32,6 +32,7 @@ import contextlib
 import copy
 import numbers
 import re
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -115,6 +116,51 @@ class _ValuesReadAsZero(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class _CountedReads(_ValuesReadAsZero):
+    """:class:`_ValuesReadAsZero` that counts the values it made up."""
+
+    reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.reads += 1
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+_WEIGHTS_ON_META_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _weights_on_meta():
+    """While a builder runs on the CPU: every parameter and buffer moves to ``meta`` as a module
+    registers it (as ``accelerate.init_empty_weights`` does), so a builder that computes its layout
+    from tensor values (torchvision's RegNet: ``.tolist()``) runs for real while its weights cost
+    nothing. ``nn.Module.register_parameter``/``register_buffer`` are patched for the block only
+    (process-wide: one block at a time), and restored whatever happens."""
+    reg_p, reg_b = nn.Module.register_parameter, nn.Module.register_buffer
+
+    def register_parameter(module, name, param):
+        if type(param) is nn.Parameter and param.device.type != "meta":
+            param = nn.Parameter(param.detach().to("meta"), requires_grad=param.requires_grad)
+        return reg_p(module, name, param)
+
+    def register_buffer(module, name, tensor, persistent=True):
+        if tensor is not None and tensor.device.type != "meta":
+            tensor = tensor.to("meta")
+        return reg_b(module, name, tensor, persistent)
+
+    with _WEIGHTS_ON_META_LOCK:
+        nn.Module.register_parameter, nn.Module.register_buffer = register_parameter, register_buffer
+        try:
+            yield
+        finally:
+            nn.Module.register_parameter, nn.Module.register_buffer = reg_p, reg_b
+
+
+def _named_tensors(module: nn.Module) -> list:
+    return list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+
+
 def _in_fake_mode() -> bool:
     from torch._guards import detect_fake_mode
 
@@ -180,6 +226,64 @@ class Model:
         if not isinstance(m, nn.Module):
             raise TypeError(f"the builder {self.name} returned {type(m).__name__}, not an nn.Module")
         return m
+
+    def structure(self, dtype: "torch.dtype | None" = None, recorder_factory=None) -> tuple:
+        """The model's structure on the ``meta`` device, built once outside any fake mode:
+        ``(module, recorder or None, how)``. A builder is called under ``torch.device("meta")`` (its
+        tensors recorded by ``recorder_factory()``, a dispatch mode, as they are made: the
+        construction's allocations); one that reads a tensor's value while it builds (no value on
+        ``meta``) runs on the CPU with its weights moved to ``meta`` as they are registered
+        (:func:`_weights_on_meta`); only where that fails too is it built on fake tensors, values read
+        as 0 (``how`` then says how many were read: a layout computed from them would be another
+        model's). A given module is copied with ``meta`` tensors of the same shapes. Errors
+        (``ValueError``): a builder that returns no module, or that puts its weights on a device of
+        its own choosing (``device="cpu"`` inside it: the real model would not run on the GPU)."""
+        from .workloads import _default_dtype
+
+        if isinstance(self.model, nn.Module):
+            m = _fake_copy(self.model, "meta")
+            return (m.to(dtype) if dtype is not None else m), None, "a copy of the given module"
+        rec = recorder_factory() if recorder_factory is not None else None
+        first = None
+        try:
+            with torch.device("meta"), _default_dtype(dtype), (rec if rec is not None else contextlib.nullcontext()):
+                m = self.model()
+            how = "built on the meta device"
+        except (KeyboardInterrupt, SystemExit, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - a value read on meta (or anything else): try the CPU next
+            first, rec = e, None
+        if first is not None:
+            try:
+                with _weights_on_meta(), _default_dtype(dtype):
+                    m = self.model()
+                how = (f"built on the CPU with its weights on the meta device (on meta alone it failed: "
+                       f"{type(first).__name__}: {str(first).splitlines()[0][:100] if str(first) else ''})")
+            except (KeyboardInterrupt, SystemExit, MemoryError):
+                raise
+            except Exception:  # noqa: BLE001 - last resort: fake tensors, values read as 0
+                from torch._subclasses.fake_tensor import FakeTensorMode
+
+                reads = _CountedReads()
+                with FakeTensorMode(), torch.device("cpu"), _default_dtype(dtype), reads:
+                    m = self.model()
+                if not isinstance(m, nn.Module):
+                    raise TypeError(f"the builder {self.name} returned {type(m).__name__}, not an nn.Module") from None
+                m = _fake_copy(m, "meta")
+                how = ("built on fake tensors (on meta it failed: " + f"{type(first).__name__}: "
+                       f"{str(first).splitlines()[0][:100] if str(first) else ''})"
+                       + (f"; {reads.reads} tensor value(s) read while building read as 0: if the layout "
+                          "depends on them, this is an estimate of another model" if reads.reads else ""))
+        if not isinstance(m, nn.Module):
+            raise TypeError(f"the builder {self.name} returned {type(m).__name__}, not an nn.Module")
+        elsewhere = sorted({str(t.device) for _, t in _named_tensors(m) if t.device.type != "meta"})
+        if elsewhere and first is None:
+            raise ValueError(f"the builder {self.name} puts its weights on {', '.join(elsewhere)} itself "
+                             "(device=... or .to(...) inside it): the real model would not run on the "
+                             "estimated GPU with them there; build on the default device (nogradlab sets it)")
+        if elsewhere:
+            m = m.to("meta")
+        return m, rec, how
 
     def make_input(self, batch: int, device="cpu"):
         """The inputs of a batch: random floats (zeros for integer/bool dtypes) of

@@ -56,9 +56,25 @@ def test_replaced_sizes_are_another_model():
     assert memory.estimate(wl, 2, "cuda", mode="grad").baseline_bytes == a.baseline_bytes
 
 
-def test_your_own_model_is_built_for_real_each_time():
+def test_your_own_model_is_built_once_on_meta_and_let_go_with_it():
+    import gc
+
     import torch.nn as nn
 
+    from nogradlab import ownmodel
+
     memory._TEMPLATES.clear()
-    memory.estimate(lambda: nn.Linear(8, 8), 2, "cuda", mode="grad", inputs=(8,))
-    assert not memory._TEMPLATES._store
+    calls = []
+
+    def build():
+        calls.append(1)
+        return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
+
+    own = ownmodel.Model(build, (8,))
+    first = memory.estimate(own, 2, "cuda", mode="grad")
+    again = memory.estimate(own, 2, "cuda", mode="grad")
+    assert _numbers(again) == _numbers(first) and len(calls) == 1  # built once, on meta
+    assert not memory._TEMPLATES._store and len(memory._TEMPLATES._own) == 1
+    del own
+    gc.collect()
+    assert len(memory._TEMPLATES._own) == 0

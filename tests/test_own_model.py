@@ -163,7 +163,8 @@ def test_generic_path_gives_the_built_in_numbers():
     from nogradlab import workloads
 
     wl = workloads.get("mlp", "tiny")
-    own = ownmodel.Model(lambda: wl.build(), wl.input_shape, loss_fn=wl.loss,
+    # built on the device the estimate sets (wl.build() alone would pin the weights to the CPU: refused)
+    own = ownmodel.Model(lambda: wl.build(torch.get_default_device()), wl.input_shape, loss_fn=wl.loss,
                          target_fn=lambda b: wl.make_target(b))
     for kw in (dict(mode="grad"), dict(step="train")):
         a, b = memory.estimate("mlp", 4, "cuda", **kw), memory.estimate(own, 4, "cuda", **kw)

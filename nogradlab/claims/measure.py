@@ -587,29 +587,6 @@ def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
 # C20: the table
 
 
-def _start_guess(name: str, setting: str, batch: int) -> int:
-    """Where C20's training-step search starts: a line through the estimated totals at batch 1 and
-    ``batch`` (the estimates C20's memory cells make anyway) gives a first guess, a secant through
-    ``batch`` and that guess a second; the search (:func:`nogradlab.batch.largest_batch`) then finds
-    the exact batch from there in a few trials. For a training step this beats the bracket from batches
-    1 and 2, where the optimizer step's peak hides the slope (ResNet-50 under 16 GiB: 4 trials against
-    10); the no_grad forward searches from the bracket (6 against 18)."""
-    def line(b1, m1, b2, m2):
-        if b2 == b1 or m2 <= m1:
-            return None
-        return int(min(max(b1 + (ARTICLE_GPU_BYTES - m1) * (b2 - b1) // (m2 - m1), 1), 2 ** 22))
-
-    def total(b):
-        return estimate_row(name, b, setting)["total_peak_bytes"]
-
-    guess = line(1, total(1), batch, total(batch)) if batch > 1 else None
-    if guess is None:
-        return 1
-    if guess != batch:
-        guess = line(batch, total(batch), guess, total(guess)) or guess
-    return guess
-
-
 # --------------------------------------------------------------------------------------------
 # C23: what the profiler shows
 

@@ -342,13 +342,12 @@ def c04(ctx):
     """Largest batch per mode (train step, grad forward, eval+no_grad forward) under GPU-sized
     budgets, and the CPU's own answer at tiny scale checked against real runs.
 
-    Knobs: ``workloads`` (GPU part; default ``mlp, unet`` for a quick CPU run, all four
-    elsewhere), ``budgets_gib`` (:func:`default_budgets`), ``cpu_workload`` ("mlp" on a
+    Knobs: ``workloads`` (GPU part; default all four, at every scale), ``budgets_gib`` (:func:`default_budgets`), ``cpu_workload`` ("mlp" on a
     quick CPU run, else "unet"), ``cpu_budget_mib`` (4 for the MLP, else 32),
     ``compare_estimate`` (on a GPU, also run the estimate beside each real search; default True),
     ``real_search`` ("one"; see the module docstring).
     """
-    names = list(ctx.params.get("workloads", ("mlp", "unet") if _quick(ctx) else workloads.names()))
+    names = list(ctx.params.get("workloads", workloads.names()))  # the same estimated conditions at every scale
     budgets = [float(b) for b in ctx.params.get("budgets_gib", default_budgets(ctx))]
     cpu_name = ctx.params.get("cpu_workload", "mlp" if _quick(ctx) else "unet")
     cpu_budget = int(float(ctx.params.get("cpu_budget_mib", 4 if cpu_name == "mlp" else 32)) * MiB)

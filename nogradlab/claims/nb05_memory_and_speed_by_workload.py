@@ -17,7 +17,7 @@ from .. import workloads
 from . import Judgement, NeedsRemeasuring, declare
 from .measure import (
     ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct,
-    _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, estimate_row, estimate_sweep,
+    _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep,
     forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
 from .rules import (
     AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text, verdict_of)
@@ -87,8 +87,9 @@ def c18(ctx):
                          "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
         del model
         full = workloads.get(name, "full").default_batch
-        # the estimates' sweep: the default batch in a learner's notebook (tiny CPU or GPU), four batches else
-        fb = _batches(ctx, "full_batches", (full,) if _quick(ctx) or (ctx.on_gpu and not ctx.reference)
+        # the estimates' sweep: four batches on a CPU at every scale (a verdict from estimates must not change
+        # with --scale) and in the GPU reference run; the default batch alone in a learner's GPU run
+        fb = _batches(ctx, "full_batches", (full,) if ctx.on_gpu and not ctx.reference
                       else (1, full // 4, full, 4 * full))
         rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
         for p in _pairs(rows, "eval+grad", "eval+no_grad"):
@@ -133,8 +134,8 @@ def _seq_sweep(ctx) -> dict:
     lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
                           (128, 512, 2048) if ctx.on_gpu and not ctx.reference else
                           (128, 256, 512, 1024, 2048, 4096)))
-    # the estimates' longer list of sequence lengths: at small/full scale on a CPU, and in the GPU reference
-    reference = ctx.reference or (not ctx.on_gpu and not _quick(ctx))
+    # the estimates' longer list of sequence lengths: on a CPU at every scale, and in the GPU reference
+    reference = ctx.reference or not ctx.on_gpu
     return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference))
 
 
@@ -166,7 +167,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference
     # device's label is taken from the estimate's own notes (which attention kernel it traced)
     variants = {"cuda": ("cuda", (128, 256, 512, 1024, 2048, 4096)),
                 "fused flash attention (fake cpu)": ("cpu", (128, 512, 1024, 4096))}
-    if quick or not reference:
+    if not reference:
         variants = {"cuda": ("cuda", (128, 1024, 4096)),
                     "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
     for label, (dev, lens) in variants.items():
@@ -442,9 +443,9 @@ def c20(ctx):
         if do_batch:
             with _batch.frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
                 for mode in ("train", "eval+no_grad"):
-                    start = _start_guess(name, mode, full_b) if mode == "train" else "auto"
+                    # the search C04 makes for the same workload under 16 GiB (shared in one run)
                     r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
-                                             method="estimate", max_batch=2 ** 22, start=start)
+                                             method="estimate", max_batch=2 ** 22)
                     batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
                                      "notes": r.notes, "capped": bool(getattr(r, "capped", False))}
             if batches["train"]["batch"] > 0:

@@ -20,11 +20,10 @@ Covered: C04 C09 C25.
 * **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
-At ``scale="tiny"`` on a CPU, C04 and C09 take about 5 s each in a ``claims`` run on a 2-core AMD EPYC
-(2026-12-01; C09 6 s in a notebook's fresh kernel): an estimate of a full-size model costs 0.1-0.6 s
-whatever the scale (a training step the most; the model is built for real once, then copied:
-``memory._Templates``), and a search needs 4 to 15 of them, each replayed through the allocator's
-model. ``ctx.params`` knobs are named in each docstring.
+An estimate of a full-size model costs 0.1-0.6 s whatever the scale (a training step the most; the model
+is built for real once, then copied: ``memory._Templates``), and a search needs about four of them (two
+fitted as a line in the batch, two verifying the answer: :func:`nogradlab.batch._affine_find`), so the
+estimated conditions are the same at every scale. ``ctx.params`` knobs are named in each docstring.
 """
 from __future__ import annotations
 
@@ -139,11 +138,12 @@ def _ratio(a: int, b: int) -> "float | None":
 
 
 def default_budgets(ctx) -> tuple:
-    """C04's GPU budgets in GiB: 12 alone in a learner's notebook (a quick CPU run, or any GPU run
-    short of the reference: a second budget only repeats the direction at another size, and each
-    costs every workload's three searches), 12 and 16 in the reference run (``real_search="all"``)
-    and at small or full scale on a CPU."""
-    if _quick(ctx) or (ctx.on_gpu and _real_search(ctx) != "all"):
+    """C04's GPU budgets in GiB: 12 and 16 for every run on a CPU, whatever its scale (estimates of the
+    full-size models on a virtual GPU: a verdict from them must not change with ``--scale``; each search
+    costs about four traces, :func:`nogradlab.batch._affine_find`, and the traces at batches 1 and 2 serve
+    both budgets) and in the GPU reference run (``real_search="all"``); 12 alone in a learner's GPU run
+    short of the reference, where searches run for real."""
+    if ctx.on_gpu and _real_search(ctx) != "all":
         return (12.0,)
     return (12.0, 16.0)
 
