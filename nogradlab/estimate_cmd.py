@@ -199,6 +199,53 @@ def _structure(own, req):
         raise ModelError(f"the factory {req.model} failed: {why}{hint}") from None
 
 
+def estimate_modes(own, modes, budget: int, *, trainable: bool = True, allocator: str = "native",
+                   batch: int = 1, max_batch: int = 65536, bar=None) -> tuple:
+    """The command's per-mode loop, shared with notebook 10 (:mod:`nogradlab.yourmodel`): per mode the
+    estimate at ``batch`` and the largest batch under ``budget`` bytes. Returns ``(modes, notes, skipped,
+    not_applicable)``; a mode that fails is skipped with its reason, the others kept."""
+    from .memory import InputMismatch
+
+    out, notes, skipped, not_applicable = {}, [], {}, []
+    fast = _batch._fastpath_enabled()
+    for m in modes:
+        if m == "train" and not trainable:
+            skipped[m] = ("not applicable: no parameter of the model requires grad (a frozen or "
+                          "parameter-free model), so there is no training step to size")
+            not_applicable.append(m)
+            if bar is not None:
+                bar.update(2)
+            continue
+        if bar is not None:
+            bar.set_postfix_str(f"{m}: batch {batch}")
+        try:
+            # the search's own cached trace: at batch 1 it is the search's first trial too
+            r = _batch._estimate(own, "", MODES[m], batch, "cuda:0", allocator, 0, fast)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{m}: largest batch")
+            b = _batch.largest_batch(own, MODES[m], budget, "cuda", method="estimate",
+                                     allocator=allocator, max_batch=max_batch)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except InputMismatch as e:  # the same for every mode: the inputs are wrong, not a mode
+            raise ModelError(one_line(e)) from None
+        except Exception as e:  # noqa: BLE001 - keep the modes already estimated; say why this one failed
+            skipped[m] = one_line(e)
+            continue
+        finally:
+            _batch._forget_estimates()
+        if bar is not None:
+            bar.update(1)
+        out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
+                  "largest_batch": b.batch, "at_limit": b.at_limit, "setting": MODES[m],
+                  "trials": len(b.trials), "seconds": b.seconds,
+                  "search": next((n.split(": ", 1)[1] for n in b.notes if n.startswith(_batch.SEARCH_NOTE)), "")}
+        notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes")
+                     and not n.startswith(_batch.SEARCH_NOTE))
+    return out, notes, skipped, not_applicable
+
+
 def run(req: Request, progress: bool = True, command: str = "") -> dict:
     """Per mode: the estimate at ``req.batch`` and the largest batch under the budget.
 
@@ -207,7 +254,6 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
     training step of a model without a parameter that requires grad). Raises :class:`ModelError` when
     the model cannot be built at all, or when no mode could be estimated (the first mode's reason)."""
     from . import cudamodel
-    from .memory import InputMismatch
 
     what = req.build.module if isinstance(req.build, _ModuleBuilder) else req.build
     own = ownmodel.Model(what, (req.shape, req.dtype), name=req.build.__qualname__)
@@ -220,44 +266,10 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=2 * len(req.modes), desc=own.name, unit="step", file=sys.stderr)
-    out, notes, skipped, not_applicable = {}, [], {}, []
-    fast = _batch._fastpath_enabled()
     try:
-        for m in req.modes:
-            if m == "train" and not trainable:
-                skipped[m] = ("not applicable: no parameter of the model requires grad (a frozen or "
-                              "parameter-free model), so there is no training step to size")
-                not_applicable.append(m)
-                if bar is not None:
-                    bar.update(2)
-                continue
-            if bar is not None:
-                bar.set_postfix_str(f"{m}: batch {req.batch}")
-            try:
-                # the search's own cached trace: at batch 1 it is the search's first trial too
-                r = _batch._estimate(own, "", MODES[m], req.batch, "cuda:0", req.allocator, 0, fast)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{m}: largest batch")
-                b = _batch.largest_batch(own, MODES[m], req.budget, "cuda", method="estimate",
-                                         allocator=req.allocator, max_batch=req.max_batch)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except InputMismatch as e:  # the same for every mode: the inputs are wrong, not a mode
-                raise ModelError(one_line(e)) from None
-            except Exception as e:  # noqa: BLE001 - keep the modes already estimated; say why this one failed
-                skipped[m] = one_line(e)
-                continue
-            finally:
-                _batch._forget_estimates()
-            if bar is not None:
-                bar.update(1)
-            out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
-                      "largest_batch": b.batch, "at_limit": b.at_limit, "setting": MODES[m],
-                      "trials": len(b.trials), "seconds": b.seconds,
-                      "search": next((n.split(": ", 1)[1] for n in b.notes if n.startswith(_batch.SEARCH_NOTE)), "")}
-            notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes")
-                         and not n.startswith(_batch.SEARCH_NOTE))
+        out, notes, skipped, not_applicable = estimate_modes(own, req.modes, req.budget, trainable=trainable,
+                                                             allocator=req.allocator, batch=req.batch,
+                                                             max_batch=req.max_batch, bar=bar)
     finally:
         if bar is not None:
             bar.close()

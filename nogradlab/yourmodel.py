@@ -389,11 +389,12 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
         cmp = timing.compare(cases, baseline="grad", device=dev, seed=seed, **knobs)
         here["timing"] = {
             "protocol": (f"nogradlab.timing.compare: {cmp.rounds} interleaved rounds, {knobs['warmup']} warm-up "
-                         f"call(s), {cmp.threads} thread(s), median per call, ratio to the grad forward with a "
-                         f"{timing.CONFIDENCE:.0%} paired-bootstrap interval; the training step timed with SGD "
+                         f"call(s), {cmp.threads} thread(s), cases in a random order each round, median per call, ratio to "
+                         f"the grad forward with a {timing.CONFIDENCE:.0%} signed-rank interval of the paired rounds; "
+                         "the training step timed with SGD "
                          "without momentum"),
             "threads": cmp.threads, "rounds": cmp.rounds,
-            "modes": {m: {"median_s": t.median, "iqr_s": t.iqr, "noisy": t.noisy,
+            "modes": {m: {"median_s": t.median, "iqr_s": t.iqr,
                           "over_grad": 1.0 / cmp.speedup[m],
                           "over_grad_ci": [1.0 / cmp.ci[m][1], 1.0 / cmp.ci[m][0]]}
                       for m, t in cmp.timings.items()}}
@@ -492,7 +493,8 @@ def _fake_refusal(e: BaseException) -> bool:
                       ft.DynamicOutputShapeException)):
         return True
     text = str(e)
-    return isinstance(e, RuntimeError) and ("fake impl" in text or "fake tensor" in text.lower()
+    # the command's one-line error when no mode could run, carrying the first mode's refusal
+    return isinstance(e, (RuntimeError, estimate_cmd.ModelError)) and ("fake impl" in text or "fake tensor" in text.lower()
                                             or "meta" in text and "kernel" in text)
 
 
@@ -561,17 +563,11 @@ def estimate(spec: Spec, budget: "int | None" = None) -> dict:
 def _run_engine(spec: Spec, own: ownmodel.Model, budget: int, command: str) -> dict:
     """``estimate_cmd.run``'s loop and document (the same calls, the same arguments, the same keys) for
     ``own``: a model of several inputs, or one built on the meta device."""
-    out, notes = {}, []
-    for m in MODES_ORDER:
-        setting = _batch._SETTINGS[estimate_cmd.MODES[m]]
-        kw = dict(step="train") if setting is None else dict(mode=setting)
-        r = _memory.estimate(own, 1, "cuda", allocator="native", **kw)
-        lb = _batch.largest_batch(own, estimate_cmd.MODES[m], budget, "cuda", method="estimate", allocator="native",
-                                  max_batch=65536)
-        out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
-                  "largest_batch": lb.batch, "at_limit": lb.at_limit, "setting": estimate_cmd.MODES[m],
-                  "trials": len(lb.trials)}
-        notes.extend(n for n in r.notes + lb.notes if n not in notes and not n.startswith("reserved bytes"))
+    trainable = any(p.requires_grad for p in _memory._TEMPLATES.own(own, None)[0].parameters())  # as the command
+    out, notes, skipped, not_applicable = estimate_cmd.estimate_modes(own, MODES_ORDER, budget, trainable=trainable)
+    if not out and skipped:
+        first = next(iter(skipped))
+        raise estimate_cmd.ModelError(f"no mode could be estimated; {first}: {skipped[first]}")
     from . import cudamodel
 
     ng = out.get("no_grad")
@@ -586,6 +582,7 @@ def _run_engine(spec: Spec, own: ownmodel.Model, budget: int, command: str) -> d
         "no_grad_factor": {"over_grad": estimate_cmd._factor(ng, out.get("grad")),
                            "over_train": estimate_cmd._factor(ng, out.get("train"))},
         "notes": notes,
+        **({"skipped": skipped, "not_applicable": not_applicable} if skipped else {}),
     }
 
 
