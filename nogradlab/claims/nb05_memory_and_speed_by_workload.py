@@ -20,7 +20,8 @@ from .measure import (
     _samples_note, _speed_batch, _start_guess, _torch_threads, _train_fn, estimate_row, estimate_sweep,
     forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
 from .rules import (
-    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text, verdict_of)
+    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions,
+    readings_text, verdict_of)
 from .searches import _quick, shared_largest_batch
 
 NOTEBOOK = "05_memory_and_speed_by_workload"
@@ -390,7 +391,7 @@ C20 = declare(
               "without grad over the forward with grad (shared timing, 95 % CI, at least 10 rounds), "
               "measured on a GPU: off a GPU the reference GPU's. Judged with and without the transformer's "
               "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
-              + "; the training-step comparison is shown, not counted.",
+              + "; the training-step comparison is shown, not counted." + SELF_CONTRADICTION,
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
