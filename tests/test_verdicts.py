@@ -267,6 +267,24 @@ def test_a_condition_stopped_before_it_decided_makes_the_verdict_provisional():
     assert N._knobs(ctx)["rounds"] >= 10 >= N.RULES["C03"].min_samples  # no bootstrap over 5 rounds
 
 
+def test_a_condition_another_claims_edge_kept_open_is_not_provisional_for_a_claim_it_decides():
+    """The shared rounds stop when every rule reading a condition is decided; a claim whose own intervals
+    are clear of its own band is not called provisional because another claim's edge kept them open."""
+    import torch
+
+    from nogradlab.timing import Comparison, Timing
+
+    t = Timing.from_samples([1.0, 1.0], 1, label="x", threads=1, device="cpu")
+    # no_grad 1.0x [0.98, 1.02]: clear of C03's band (speedups 1.25-1.67), straddling C17's edge 1
+    cmp = Comparison(timings={"grad": t, "no_grad": t}, baseline="grad", speedup={"grad": 1.0, "no_grad": 1.0},
+                     ci={"grad": (1.0, 1.0), "no_grad": (0.98, 1.02)}, rounds=40, device="cpu", threads=1,
+                     stopped="time budget")
+    cond = N.Condition("mlp", "tiny", 1, "cpu", cmp, ["grad", "no_grad"], {}, {}, ())
+    ctx = claims.Context(torch.device("cpu"), "tiny")
+    assert N._samples_note(ctx, "C03", [cond]) == ""
+    assert "provisional" in N._samples_note(ctx, "X05", [cond])  # a claim without its own edges: as before
+
+
 def test_every_condition_rule_edge_is_a_speedup():
     """The edges a forward condition's rounds must decide: 1 (faster or not), C03's band as speedups,
     and the workload's speed band of C20."""
