@@ -74,3 +74,11 @@ def test_c10_says_which_half_its_verdict_rests_on():
     assert "workarounds half is not supported by the sources" in j.summary, j.summary
     rule = claims.rule("C10")
     assert "first half" in rule and "workarounds" in rule, rule
+
+
+def test_c28s_reverse_nesting_failure_names_the_issue_it_is():
+    doc = json.loads((ROOT / "results" / "cpu-amd-epyc-2-threads-torch2.9.1" / "claims.json").read_text())
+    j = _judge("C28", _stored(doc, "C28"), CPU, scale="tiny")
+    assert j.verdict == "depends"
+    assert "pytorch/pytorch#158232" in j.summary and "#165068" in j.summary, j.summary
+    assert "not pytorch/pytorch#112583" in j.summary and "#113685" in j.summary, j.summary
