@@ -290,3 +290,24 @@ def test_every_condition_rule_edge_is_a_speedup():
     and the workload's speed band of C20."""
     e = N._condition_edges("resnet50")
     assert 1.0 in e and pytest.approx(1.25) in e and pytest.approx(1 / 0.6) in e and pytest.approx(1.30) in e
+
+
+def test_a_stored_c03_is_not_called_provisional_where_its_own_intervals_are_clear_of_its_band():
+    """The CPU column's mlp@1 stopped at its most rounds (another claim's edge kept it open), but C03's
+    interval there, 8-10 %, lies clear of 20-40 %: C03's summary calls nothing provisional."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results" / "cpu-amd-epyc-2-threads" /
+                      "claims.json").read_text())
+    values = next(e for e in doc["claims"] if e["id"] == "C03")["measurements"]
+    assert "mlp@1" in values["provisional"]
+    m = claims.Measurements(values, doc["meta"]["device"], "tiny", "t")
+    j = claims._judge(claims.get("C03"), m)
+    assert "provisional" not in j.summary, j.summary
+    # a row that stopped early with its interval across an edge still says so
+    values = dict(values, rows=[dict(r) for r in values["rows"]])
+    values["rows"][6].update(time_saved=0.2, time_saved_ci=[0.18, 0.22])
+    j = claims._judge(claims.get("C03"), claims.Measurements(values, doc["meta"]["device"], "tiny", "t"))
+    assert "1 of 8 timed conditions stopped (max rounds) before their intervals decided (mlp@1): provisional" \
+        in j.summary, j.summary

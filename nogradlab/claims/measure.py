@@ -39,6 +39,7 @@ import copy
 import dataclasses
 import functools
 import math
+import re
 
 
 import torch
@@ -165,6 +166,31 @@ def _open_for(claim_id: str, c) -> bool:
         if ci is not None and any(ci[0] < e < ci[1] for e in edges):
             return True
     return False
+
+
+_STOPPED_NOTE = re.compile(r"\s*\d+ of \d+ timed conditions stopped \(.*?\) before their intervals decided "
+                           r"\(.*?\): provisional; a longer time_budget or a quieter machine would decide them\.")
+
+
+def provisional_note(note: str, rows, conds) -> str:
+    """A stored ``provisional`` note re-read by a judge: its stopped-conditions sentence is rebuilt from
+    the rows the claim reads (``rows``: stored rows with ``stopped``, ``workload``, ``batch``; ``conds``:
+    the judge's readings of them, in order), naming only those that stopped early with the claim's own
+    reading unresolved. The note is kept as stored when a row lacks ``stopped``."""
+    note = note or ""
+    if not rows or any("stopped" not in r for r in rows):
+        return note
+    open_ = [f"{r['workload']}@{r['batch']}" for r, c in zip(rows, conds)
+             if r["stopped"] not in ("rounds", "decided") and c["reading"] == "unresolved"]
+    stopped = sorted({r["stopped"] for r, c in zip(rows, conds)
+                      if r["stopped"] not in ("rounds", "decided") and c["reading"] == "unresolved"})
+    out = _STOPPED_NOTE.sub("", note).strip()
+    if open_:
+        out = (out + " " if out else "") + (
+            f"{len(open_)} of {len(rows)} timed conditions stopped ({', '.join(stopped)}) before their "
+            f"intervals decided ({', '.join(open_)}): provisional; a longer time_budget or a quieter machine "
+            "would decide them.")
+    return out
 
 
 def _samples_note(ctx, claim_id: str, conditions=()) -> str:

@@ -14,7 +14,7 @@ from .. import memory
 from .. import modes
 from .. import workloads
 from . import Judgement, NeedsRemeasuring, declare, number
-from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition
+from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
 from .probes import _in_new_thread, _tracking, _workload
 from .rules import (
     AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions,
@@ -278,8 +278,10 @@ def judge_c03(m, rule):
     reading = (f"no_grad's forward saving lies in the article's 20-40 % in {n_agree} of {len(conds)} conditions"
                + (" (the verdict depends on the transformer's fused fast path)" if verdict == "depends"
                   and with_ != without else "") + ".")
-    if m.get("provisional"):
-        summary += " " + m["provisional"]
+    rows_read = [max((a, b), key=lambda c: c["reading"] == "unresolved") for a, b in zip(rows_off, rows_on)]
+    note = provisional_note(m.get("provisional") or "", rows, rows_read)
+    if note:
+        summary += " " + note
     return Judgement(verdict, summary, reading, conds)
 
 
