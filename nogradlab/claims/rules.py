@@ -264,8 +264,12 @@ def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
         if more:
             text += (f" (their intervals straddle a band edge; about {max(more)} timing rounds per case "
                      f"would decide {'them' if len(open_) > 1 else 'it'}, where {max(r['rounds'] or 0 for r in open_)} were run)")
+        elif any(r["rounds"] for r in open_):
+            text += " (their intervals straddle a band edge and their point lies on it)"
+        elif any(r["ci"] for r in open_):
+            text += " (untimed values within their stated error, such as an estimate's validation error, of a band edge)"
         else:
-            text += " (their intervals straddle a band edge and their point lies on it, or they are exact values on an edge)"
+            text += " (exact values on a band edge)"
     return text
 
 
