@@ -60,9 +60,10 @@ C18 = declare(
               "forward), read against 20-40 % (unrounded; above 40 % disagrees as below 20 % does). The "
               "article speaks of GPUs: the full-size estimates on a virtual CUDA device decide (on a GPU, "
               "its own full-size measurements too); a tiny run's bytes are shown, not counted. An estimate "
-              "carries its allocator model's validation error on each peak (2.6 % today; 30.6 % for the "
-              "model of protocol 1), and is unresolved when that interval reaches across an edge; a GPU's "
-              "measured bytes are exact. " + AGGREGATE + ".",
+              f"carries its allocator model's validation error on each peak ({estimate_validation(2)[1]:.1%} "
+              f"today; {estimate_validation(1)[1]:.1%} for the model of protocol 1: claims.ESTIMATE_VALIDATIONS), "
+              "and is unresolved when that interval reaches across an edge; a GPU's "
+              "measured bytes are exact. Over the conditions: " + AGGREGATE + ".",
               band=Band("range", 0.20, 0.40)))
 
 
