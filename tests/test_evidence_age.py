@@ -27,7 +27,8 @@ def test_the_h200_column_contradicts_itself_on_two_quantities():
     found = {c["quantity"]: c for c in evidence.column_conflicts(H200)}
     assert set(found) == {"no_grad's time saving for resnet50 at batch 32", "the cost of enter+exit no_grad"}
     saving = found["no_grad's time saving for resnet50 at batch 32"]
-    assert saving["claims"] == ["C17", "C20", "X05"]
+    assert saving["measured_by"] == ["C17", "C20", "X05"]
+    assert saving["claims"] == ["C03", "C17", "C20", "X05"]  # C03 reads resnet50 at other batches
     values = {r["claim"]: r["value"] for r in saving["readings"]}
     assert values["C17"] == pytest.approx(0.0015, abs=5e-4) and values["X05"] == pytest.approx(0.134, abs=5e-3)
     assert values["C20"] == pytest.approx(0.238, abs=5e-3)
@@ -74,7 +75,10 @@ def test_column_age_names_protocol_date_commit_and_torch():
     assert a["protocol"] is None and a["stale"] is True and "not recorded" in a["label"]
 
 
-def test_a_gpu_speed_verdict_from_an_older_column_says_so():
+def test_a_gpu_speed_verdict_from_an_older_column_says_so(monkeypatch):
+    older = copy.deepcopy(H200)  # the H200 column without its contradicting readings (still protocol 1)
+    older["claims"] = [e for e in older["claims"] if e["id"] not in ("C17", "X05", "C20", "C13")]
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-nvidia-h200", older)])
     e = claims.judge_entry(_entry(CPU, "C03"), CPU["meta"])  # this CPU's C03: decided by the H200 column
     assert e["scope"]["basis"] == "reference" and e["scope"]["machine"] == "cuda-nvidia-h200"
     assert e["scope"]["stale"] is True
@@ -166,3 +170,44 @@ def test_a_column_of_a_newer_protocol_is_not_called_older():
     assert age["stale"] is True and age["label"].startswith("newer protocol")
     e = claims.judge_entry(_entry(CPU, "C06"), meta)
     assert "newer than this nogradlab's" in e["summary"] and "Older evidence" not in e["summary"]
+
+
+# ------------------------------------------------------------- a workload's timings, all in doubt together
+
+def test_a_column_contradicting_itself_on_a_workloads_timing_decides_no_timing_of_that_workload():
+    found = {c["quantity"]: c for c in evidence.column_conflicts(H200)}
+    saving = found["no_grad's time saving for resnet50 at batch 32"]
+    assert saving["measured_by"] == ["C17", "C20", "X05"]
+    assert "C03" in saving["claims"]  # C03 reads resnet50 at batches 16 and 64: the same timings, in doubt
+    e = claims.judge_entry(_entry(CPU, "C03"), CPU["meta"])  # this CPU's C03 took its verdict from the H200's
+    assert e["verdict"] == "needs re-measuring" and e["scope"]["conflicts"], e["summary"]
+    assert "resnet50" in e["summary"] and "contradicts itself" in e["summary"]
+    refs = dict(report.load_references(ROOT / "results"))
+    assert _entry(refs["cuda-nvidia-h200"], "C03")["verdict"] == "needs re-measuring"
+
+
+@pytest.mark.parametrize("cid", ["C03", "C12", "C13", "C17", "C20", "X05"])
+def test_the_rule_sentence_of_a_claim_reading_a_shared_quantity_names_the_self_contradiction_case(cid):
+    text = claims.rule(cid)
+    assert "contradicts itself" in text and "needs re-measuring" in text, text
+
+
+def test_the_readme_verdict_table_has_the_self_contradiction_row():
+    readme = (ROOT / "nogradlab" / "claims" / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("|") and "needs re-measuring" in line]
+    assert any("contradicts itself" in r for r in rows), rows
+
+
+# ------------------------------------------------------------- estimates say which model made them
+
+def test_estimates_of_an_older_protocol_are_not_called_validated_to_todays_error():
+    refs = dict(report.load_references(ROOT / "results"))
+    for cid in ("C08", "C18", "C19", "C21"):
+        e = _entry(refs["cuda-nvidia-h200"], cid)
+        assert "validated within 2.6 %" not in e["summary"], (cid, e["summary"])
+        assert "30.6 %" in e["summary"] and "5.3 %" in e["summary"], (cid, e["summary"])
+    e = _entry(refs["cpu-amd-epyc-2-threads"], "C08")
+    assert "validated within 2.6 %" in e["summary"] and "30.6 %" not in e["summary"]
+    assert claims.estimate_validation(1)[1] == pytest.approx(0.306)
+    assert claims.estimate_validation(claims.PROTOCOL)[1] == pytest.approx(0.026)
+    assert claims.estimate_validation(None)[1] == pytest.approx(0.306)  # unrecorded: the largest known error

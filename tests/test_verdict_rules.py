@@ -218,6 +218,7 @@ CASES = [
     ("C18", "all agree", _c18([0.3, 0.25]), CPU, "holds"),
     ("C18", "none agrees (above and below)", _c18([0.84, 0.0]), CPU, "does not hold"),
     ("C18", "some and some", _c18([0.3, 0.84]), CPU, "depends"),
+    ("C18", "an estimate within its validation error of an edge", _c18([0.3, 0.395]), CPU, "inconclusive"),
     ("C19", "every series grows", _c19([[0.1, 0.2, 0.3], [0.2, 0.3, 0.4]]), CPU, "holds"),
     ("C19", "none grows", _c19([[0.3, 0.2, 0.1], [0.3, 0.3, 0.3]]), CPU, "does not hold"),
     ("C19", "some grow", _c19([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]]), CPU, "depends"),

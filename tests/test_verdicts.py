@@ -267,8 +267,47 @@ def test_a_condition_stopped_before_it_decided_makes_the_verdict_provisional():
     assert N._knobs(ctx)["rounds"] >= 10 >= N.RULES["C03"].min_samples  # no bootstrap over 5 rounds
 
 
+def test_a_condition_another_claims_edge_kept_open_is_not_provisional_for_a_claim_it_decides():
+    """The shared rounds stop when every rule reading a condition is decided; a claim whose own intervals
+    are clear of its own band is not called provisional because another claim's edge kept them open."""
+    import torch
+
+    from nogradlab.timing import Comparison, Timing
+
+    t = Timing.from_samples([1.0, 1.0], 1, label="x", threads=1, device="cpu")
+    # no_grad 1.0x [0.98, 1.02]: clear of C03's band (speedups 1.25-1.67), straddling C17's edge 1
+    cmp = Comparison(timings={"grad": t, "no_grad": t}, baseline="grad", speedup={"grad": 1.0, "no_grad": 1.0},
+                     ci={"grad": (1.0, 1.0), "no_grad": (0.98, 1.02)}, rounds=40, device="cpu", threads=1,
+                     stopped="time budget")
+    cond = N.Condition("mlp", "tiny", 1, "cpu", cmp, ["grad", "no_grad"], {}, {}, ())
+    ctx = claims.Context(torch.device("cpu"), "tiny")
+    assert N._samples_note(ctx, "C03", [cond]) == ""
+    assert "provisional" in N._samples_note(ctx, "X05", [cond])  # a claim without its own edges: as before
+
+
 def test_every_condition_rule_edge_is_a_speedup():
     """The edges a forward condition's rounds must decide: 1 (faster or not), C03's band as speedups,
     and the workload's speed band of C20."""
     e = N._condition_edges("resnet50")
     assert 1.0 in e and pytest.approx(1.25) in e and pytest.approx(1 / 0.6) in e and pytest.approx(1.30) in e
+
+
+def test_a_stored_c03_is_not_called_provisional_where_its_own_intervals_are_clear_of_its_band():
+    """The CPU column's mlp@1 stopped at its most rounds (another claim's edge kept it open), but C03's
+    interval there, 8-10 %, lies clear of 20-40 %: C03's summary calls nothing provisional."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "results" / "cpu-amd-epyc-2-threads" /
+                      "claims.json").read_text())
+    values = next(e for e in doc["claims"] if e["id"] == "C03")["measurements"]
+    assert "mlp@1" in values["provisional"]
+    m = claims.Measurements(values, doc["meta"]["device"], "tiny", "t")
+    j = claims._judge(claims.get("C03"), m)
+    assert "provisional" not in j.summary, j.summary
+    # a row that stopped early with its interval across an edge still says so
+    values = dict(values, rows=[dict(r) for r in values["rows"]])
+    values["rows"][6].update(time_saved=0.2, time_saved_ci=[0.18, 0.22])
+    j = claims._judge(claims.get("C03"), claims.Measurements(values, doc["meta"]["device"], "tiny", "t"))
+    assert "1 of 8 timed conditions stopped (max rounds) before their intervals decided (mlp@1): provisional" \
+        in j.summary, j.summary

@@ -50,13 +50,14 @@ from .. import device as _device
 from .. import memory as _memory
 from .. import pipeline as _pipeline
 from .. import workloads as _workloads
-from .evidence import PROTOCOL, column_age, column_conflicts, conflict_text
+from .evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
 from .rules import Band, Rule
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
            "NeedsRemeasuring", "JudgeError", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
            "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
-           "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts"]
+           "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts",
+           "ESTIMATE_VALIDATION", "ESTIMATE_VALIDATIONS", "estimate_validation"]
 
 VERDICTS = ("holds", "does not hold", "depends", "inconclusive", "not testable", "needs re-measuring")
 KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced statistic",
@@ -76,6 +77,30 @@ MODULES = ("nb01_what_no_grad_does", "nb02_inside_the_engine", "nb03_scoping_no_
 ESTIMATE_VALIDATION = ("nogradlab's CUDA allocator model on a virtual CUDA device, validated within 2.6 % "
                        "(median 1.35 %) of 24 largest-batch searches on an NVIDIA H200 "
                        "(results/h200-alloc-probe)")
+
+#: the allocator model each measuring protocol's estimates came from: (words, its largest relative error
+#: against the H200's 24 real largest-batch searches, results/h200-alloc-probe/allocator_vs_h200.txt:
+#: column "old est" for protocol 1, "new est" for protocol 2)
+ESTIMATE_VALIDATIONS = {
+    1: ("the allocator model of 2026-11-30 (nogradlab up to 182a8d6) on a virtual CUDA device, whose "
+        "largest-batch estimates were off by up to 30.6 % (median 5.3 %) from 24 real searches on an NVIDIA H200 "
+        "(results/h200-alloc-probe/allocator_vs_h200.txt, 'old est'; today's model: within 2.6 %)", 0.306),
+    2: (ESTIMATE_VALIDATION, 0.026),
+    3: (ESTIMATE_VALIDATION, 0.026),  # protocol 3 changed the timing, not the allocator model
+}
+
+
+def estimate_validation(protocol: "int | None") -> tuple:
+    """``(words, largest relative error)`` of the allocator model that made a column's estimates, by the
+    column's measuring protocol (:data:`ESTIMATE_VALIDATIONS`). A column that did not record its
+    protocol gets the oldest model's (largest) error: its estimates are not called validated to today's."""
+    if protocol in ESTIMATE_VALIDATIONS:
+        return ESTIMATE_VALIDATIONS[protocol]
+    if isinstance(protocol, int) and protocol > PROTOCOL:
+        return ESTIMATE_VALIDATIONS[PROTOCOL]
+    words, err = ESTIMATE_VALIDATIONS[min(ESTIMATE_VALIDATIONS)]
+    return (f"an allocator model of a version the column did not record (its oldest validated version: "
+            f"{words})", err)
 
 
 class NeedsRemeasuring(KeyError):
@@ -354,9 +379,14 @@ class Measurements(Mapping):
     every judge reads only finite, plausible numbers; so does a key missing from a dict inside it. ``in`` and ``get`` see a key holding an invalid
     value as present: reading it raises, never falls back to a default."""
 
-    def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = ""):
+    def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = "",
+                 protocol: "int | None" = PROTOCOL):
         # a column whose measurements or device are not objects has none that a judge can read
         self.values = dict(values) if isinstance(values, Mapping) else {}
+        #: the measuring protocol the values were made by (today's for a fresh run; a stored column's
+        #: ``meta.protocol``, None when it did not record one): it says which allocator model made the
+        #: estimates (:func:`estimate_validation`)
+        self.protocol = protocol
         self.device = dict(device) if isinstance(device, Mapping) else {}
         self.scale = scale
         self.torch = torch_version
@@ -679,7 +709,8 @@ def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
     if j.scope:
         return dict(j.scope)
     if claim.basis == "estimate":
-        return {"basis": "estimated", "text": f"estimated for a GPU at full size by {ESTIMATE_VALIDATION}"}
+        return {"basis": "estimated",
+                "text": f"estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}"}
     return {"basis": "measured", "text": _where_text(m)}
 
 
@@ -814,7 +845,7 @@ def _entry_measurements(e: dict, meta: "dict | None" = None) -> Measurements:
     meta = meta or {}
     values = e.get("measurements", e.get("evidence")) or {}
     return Measurements(values, e.get("device") or meta.get("device") or {}, e.get("scale") or meta.get("scale", ""),
-                        e.get("torch") or meta.get("torch", ""))
+                        e.get("torch") or meta.get("torch", ""), protocol=protocol_of(meta))
 
 
 def _stale_words(meta: dict) -> str:
@@ -874,7 +905,8 @@ def _final(claim: Claim, m: Measurements) -> tuple:
                  f"judged by today's rule" if rm is not None else
                  f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
                  f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
-        text = (f"memory and batch: estimated for a GPU at full size by {ESTIMATE_VALIDATION}; speed: {speed}"
+        text = (f"memory and batch: estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}; "
+                f"speed: {speed}"
                 f"; this machine's own timings ({m.label}) shown, not counted")
         scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
         if ref is not None:

@@ -13,7 +13,8 @@ time saving for one workload and batch is read by C03, C17, X05 and C20; the cos
 ``no_grad`` by C12 and C13). Today's checks share one timing per condition (``timing.RUN``), so their
 readings are the same number; an older column may hold several that contradict each other.
 :func:`column_conflicts` finds the quantities whose readings do not overlap; such a column does not decide
-the claims that read them (:func:`conflicts_for`).
+the claims that read them (:func:`conflicts_for`), and, for a workload's forward timing, no claim that reads
+any timing of that workload (at any batch): the column's timings of that workload are in doubt together.
 
 A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
 :data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time).
@@ -234,18 +235,31 @@ def _fmt(key, r) -> str:
 
 def column_conflicts(doc: "dict | None") -> list:
     """The quantities a column reads several times with intervals that do not overlap:
-    ``[{"quantity", "claims", "readings", "text"}]`` (``claims`` every claim that reads it)."""
+    ``[{"quantity", "measured_by", "claims", "readings", "text"}]`` (``measured_by`` every claim that
+    reads that quantity; ``claims`` those and, for a time saving, every claim that reads any forward
+    timing of the same workload: a column whose timings of a workload contradict each other decides
+    no timing of that workload, at any batch)."""
     claims = (doc or {}).get("claims") if isinstance(doc, dict) else None
+    found = readings(claims if isinstance(claims, list) else [])
+    by_workload: dict = {}
+    for key, rs in found.items():
+        if key[0] == "time saving":
+            by_workload.setdefault(key[1], set()).update(r["claim"] for r in rs)
     out = []
-    for key, rs in readings(claims if isinstance(claims, list) else []).items():
-        if len({r["claim"] for r in rs}) < 2:
+    for key, rs in found.items():
+        measured_by = {r["claim"] for r in rs}
+        if len(measured_by) < 2:
             continue
         disjoint = any(a["interval"][1] < b["interval"][0] or b["interval"][1] < a["interval"][0]
                        for i, a in enumerate(rs) for b in rs[i + 1:] if a["claim"] != b["claim"])
         if disjoint:
             text = f"{_describe(key)} reads " + ", ".join(_fmt(key, r) for r in rs)
-            out.append({"quantity": _describe(key), "claims": sorted({r["claim"] for r in rs}),
-                        "readings": rs, "text": text})
+            also = sorted(by_workload.get(key[1], set()) - measured_by) if key[0] == "time saving" else []
+            if also:
+                text += (f"; so its other forward timings of {key[1]} decide nothing either "
+                         f"({', '.join(also)} read{'s' if len(also) == 1 else ''} them)")
+            out.append({"quantity": _describe(key), "measured_by": sorted(measured_by),
+                        "claims": sorted(measured_by | set(also)), "readings": rs, "text": text})
     return out
 
 

@@ -39,6 +39,7 @@ import copy
 import dataclasses
 import functools
 import math
+import re
 
 
 import torch
@@ -134,14 +135,73 @@ def _pct_ci(t) -> str:
     return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
 
 
+def _claim_speedup_edges(claim_id: str, workload: str) -> "list | None":
+    """The speedups over grad at which ``claim_id``'s own rule changes its reading of a no_grad case of a
+    forward condition (C03 and C17: their bands of time saved; C20: the workload's band of throughput
+    gain), or None for a claim whose reading is not a band of the no_grad case alone."""
+    if claim_id in ("C03", "C17"):
+        lo, hi = RULES[claim_id].band.edges
+        return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
+    if claim_id == "C20":
+        if workload not in ARTICLE_TABLE:
+            return []
+        a, b = ARTICLE_TABLE[workload]["speed"]
+        return [1.0 + a, 1.0 + b]
+    return None
+
+
+def _open_for(claim_id: str, c) -> bool:
+    """Whether a condition whose rounds stopped before they decided (time budget, most rounds) leaves
+    ``claim_id``'s own reading open: a no_grad case's interval straddles one of the claim's own edges.
+    The shared rounds go on until every claim reading the condition is decided; another claim's edge
+    keeping them open makes nothing provisional here."""
+    cmp = c.comparison
+    if cmp is None or cmp.decided:
+        return False
+    edges = _claim_speedup_edges(claim_id, c.workload)
+    if edges is None:
+        return True
+    for case in _EDGE_CASES:
+        ci = cmp.ci.get(case)
+        if ci is not None and any(ci[0] < e < ci[1] for e in edges):
+            return True
+    return False
+
+
+_STOPPED_NOTE = re.compile(r"\s*\d+ of \d+ timed conditions stopped \(.*?\) before their intervals decided "
+                           r"\(.*?\): provisional; a longer time_budget or a quieter machine would decide them\.")
+
+
+def provisional_note(note: str, rows, conds) -> str:
+    """A stored ``provisional`` note re-read by a judge: its stopped-conditions sentence is rebuilt from
+    the rows the claim reads (``rows``: stored rows with ``stopped``, ``workload``, ``batch``; ``conds``:
+    the judge's readings of them, in order), naming only those that stopped early with the claim's own
+    reading unresolved. The note is kept as stored when a row lacks ``stopped``."""
+    note = note or ""
+    if not rows or any("stopped" not in r for r in rows):
+        return note
+    open_ = [f"{r['workload']}@{r['batch']}" for r, c in zip(rows, conds)
+             if r["stopped"] not in ("rounds", "decided") and c["reading"] == "unresolved"]
+    stopped = sorted({r["stopped"] for r, c in zip(rows, conds)
+                      if r["stopped"] not in ("rounds", "decided") and c["reading"] == "unresolved"})
+    out = _STOPPED_NOTE.sub("", note).strip()
+    if open_:
+        out = (out + " " if out else "") + (
+            f"{len(open_)} of {len(rows)} timed conditions stopped ({', '.join(stopped)}) before their "
+            f"intervals decided ({', '.join(open_)}): provisional; a longer time_budget or a quieter machine "
+            "would decide them.")
+    return out
+
+
 def _samples_note(ctx, claim_id: str, conditions=()) -> str:
     """A warning for the summary when the run timed fewer rounds than the rule's minimum, or when a
-    condition's rounds stopped (time budget, most rounds) before its intervals decided the rule."""
+    condition's rounds stopped (time budget, most rounds) before its intervals decided this claim's
+    rule (:func:`_open_for`: only the cases and edges the claim reads)."""
     need = RULES[claim_id].min_samples
     got = _knobs(ctx)["rounds"]
     out = (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
            "verdict." if need and got < need else "")
-    open_ = [c for c in conditions if c.comparison is not None and not c.comparison.decided]
+    open_ = [c for c in conditions if _open_for(claim_id, c)]
     if open_:
         out += (f" {len(open_)} of {len(conditions)} timed conditions stopped "
                 f"({', '.join(sorted({c.comparison.stopped for c in open_}))}) before their intervals "

@@ -14,10 +14,11 @@ from .. import memory
 from .. import modes
 from .. import workloads
 from . import Judgement, NeedsRemeasuring, declare, number
-from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition
+from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
 from .probes import _in_new_thread, _tracking, _workload
 from .rules import (
-    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, read_conditions, readings_text, verdict_of)
+    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions,
+    readings_text, verdict_of)
 from .searches import (
     GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row,
     _searches, default_budgets, shared_largest_batch)
@@ -200,7 +201,8 @@ C03 = declare(
               "shared timing per condition, read against 20-40 % by its 95 % CI (agrees inside, disagrees "
               "outside, unresolved across an edge; at least 10 rounds); " + AGGREGATE + ". Judged twice, the transformer "
               "with its fused fast path and without it; where the two verdicts differ, 'depends' on the "
-              "fused path. The article speaks of GPUs: off a GPU the reference GPU's measurements decide.",
+              "fused path. The article speaks of GPUs: off a GPU the reference GPU's measurements decide."
+              + SELF_CONTRADICTION,
               band=Band("range", 0.20, 0.40), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
@@ -275,8 +277,10 @@ def judge_c03(m, rule):
     reading = (f"no_grad's forward saving lies in the article's 20-40 % in {n_agree} of {len(conds)} conditions"
                + (" (the verdict depends on the transformer's fused fast path)" if verdict == "depends"
                   and with_ != without else "") + ".")
-    if m.get("provisional"):
-        summary += " " + m["provisional"]
+    rows_read = [max((a, b), key=lambda c: c["reading"] == "unresolved") for a, b in zip(rows_off, rows_on)]
+    note = provisional_note(m.get("provisional") or "", rows, rows_read)
+    if note:
+        summary += " " + note
     return Judgement(verdict, summary, reading, conds)
 
 

@@ -73,11 +73,13 @@ C10 = declare(
     "C10", section='2', kind='historical', notebook=NOTEBOOK,
     paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
     figure='0.4',
-    rule=Rule("Historical, decided by the cited sources: holds when the PyTorch 0.4.0 migration guide (April "
-              "2018) and the v0.4.0 release notes are the stored sources, which deprecate the volatile flag in "
-              "favour of torch.no_grad() and torch.set_grad_enabled(). Today's torch is shown (no_grad works; "
-              "Variable(volatile=True) warns and has no effect): consistent with them or not, it dates nothing "
-              "and never decides."))
+    rule=Rule("Historical, decided by the cited sources on its first half only: holds when the PyTorch 0.4.0 "
+              "migration guide (April 2018) and the v0.4.0 release notes are the stored sources, which deprecate "
+              "the volatile flag in favour of torch.no_grad() and torch.set_grad_enabled() (0.4 replaced "
+              "volatile with no_grad). The second half, that no_grad replaced manual workarounds (detach, "
+              "clone), is not supported by the sources, and the verdict says so. Today's torch is shown "
+              "(no_grad works; Variable(volatile=True) warns and has no effect): consistent with them or not, it "
+              "dates nothing and never decides."))
 
 
 @C10.measures
@@ -118,18 +120,19 @@ def judge_c10(m, rule):
     volatile_ignored = y["requires_grad"] and y["grad_fn"] is not None
     messages = v["warnings"]
     today = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
-    summary = (f"Holds on the cited sources: the PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 "
+    summary = (f"Holds on its first half: 0.4 replaced volatile with no_grad; the workarounds half is not "
+               f"supported by the sources. The PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 "
                f"release notes ({RELEASE_NOTES}) deprecate the volatile flag in favour of torch.no_grad() and "
-               f"torch.set_grad_enabled(). Today's torch {m['torch']}, shown, not deciding: "
+               f"torch.set_grad_enabled(); they name no detach/clone workaround that no_grad replaced. "
+               f"Today's torch {m['torch']}, shown, not deciding: "
                f"Variable(x, volatile=True) returns a plain {v['type']}, warns ({len(messages)} warning(s)) and has "
                + ("no effect" if volatile_ignored else "an effect")
                + f" (x * volatile_v has grad_fn {y['grad_fn']}), "
-               + ("consistent with the sources. " if today else "not as the sources describe (a later release "
-                                                               "may have changed it; it dates nothing). ")
-               + "What no_grad replaced was the volatile flag more than the detach/clone workarounds the article "
-               "names.")
-    return Judgement("holds", summary, "The 0.4.0 migration guide and release notes replaced volatile=True by "
-                                       "torch.no_grad(); today's torch is shown, not counted.")
+               + ("consistent with the sources." if today else "not as the sources describe (a later release "
+                                                             "may have changed it; it dates nothing)."))
+    return Judgement("holds", summary, "First half only: the 0.4.0 migration guide and release notes replaced "
+                                       "volatile=True by torch.no_grad(); the workarounds half is not supported by "
+                                       "them. Today's torch is shown, not counted.")
 
 
 def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":

@@ -13,7 +13,7 @@ from .. import workloads
 from . import Judgement, declare, number
 from .measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from .probes import _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, read_conditions
+from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, read_conditions
 from .searches import _quick
 
 NOTEBOOK = "03_scoping_no_grad"
@@ -25,7 +25,7 @@ C12 = declare(
     figure=None,
     rule=Rule("Holds when nesting changes the result or the mode (harmful); does not hold when nesting "
                 "is harmless and one nested enter+exit costs under 5 % of the workload's forward; "
-                "depends when it costs 5 % or more.", threshold=0.05))
+                "depends when it costs 5 % or more." + SELF_CONTRADICTION, threshold=0.05))
 
 
 @C12.measures
@@ -231,7 +231,7 @@ C13 = declare(
               "t(whole loop) - 1 (95 % CI, at least 10 rounds), and as the measured enter+exit cost explains it, "
               "(n-1) x t(enter+exit) / t(whole loop). Holds when both lie inside; does not hold when both lie "
               "outside on the same side; inconclusive otherwise (a direct timing the context's cost cannot "
-              "explain is a disturbed one).",
+              "explain is a disturbed one)." + SELF_CONTRADICTION,
               band=Band("about", 0.30), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 

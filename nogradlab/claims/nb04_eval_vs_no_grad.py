@@ -18,7 +18,8 @@ from . import Judgement, declare, format_saved, number
 from .measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
 from .probes import _OpRecorder, _max_abs_diff, _tracking
 from .rules import (
-    Band, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, direction_text, proxy_text, read_conditions, readings_text)
+    Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, proxy_text, read_conditions,
+    readings_text)
 from .searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"
@@ -258,7 +259,7 @@ C17 = declare(
               "shared timing), read against 'about 35 %' (28-42 %, within 20 % of 35 %) by its 95 % CI "
               "(at least 10 rounds): holds when it lies inside, does not hold when it lies outside, "
               "inconclusive across an edge; does not hold either if the loop's predictions differ with no_grad. The article speaks of GPUs: off a GPU "
-              "the reference GPU's measurements decide.",
+              "the reference GPU's measurements decide." + SELF_CONTRADICTION,
               band=Band("about", 0.35), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 

@@ -21,8 +21,15 @@ from .rules import Band, Rule, TIE, proxy_text
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 
 
+#: The autocast weight-cast cache and no_grad. pytorch/pytorch#112583 (2023: a no_grad forward inside autocast
+#: left the next grad forward without part of its graph) was fixed by #113685 (2023: a cached cast lacking
+#: gradient history is redone). The reverse-nesting failure the torch 2.9.1 column shows is a later one,
+#: pytorch/pytorch#158232 (2025: "Incompatibility between torch.no_grad, torch.autocast, and FSDP2"; the
+#: cache kept a cast made under no_grad), fixed by PR #165068 (cached casts always made with grad enabled;
+#: merged December 2025; the torch 2.11.0 column reads the gradient intact).
 AUTOCAST_CACHE_ISSUES = {
     "112583": "https://github.com/pytorch/pytorch/issues/112583",
+    "158232": "https://github.com/pytorch/pytorch/issues/158232",
     "113685 (fix: redo a cached cast that lacks gradient history)":
         "https://github.com/pytorch/pytorch/pull/113685",
     "165068 (fix of 158232: cached casts always made with grad enabled)":
@@ -263,7 +270,11 @@ def judge_c28(m, rule):
     if outer_ok and reverse_ok:
         return Judgement("holds", summary)
     if outer_ok:
-        return Judgement("depends", summary + " Safe as outer no_grad; the reverse nesting breaks training here.")
+        return Judgement("depends", summary + " Safe as outer no_grad; the reverse nesting breaks training here: "
+                                              "the autocast cache's bug pytorch/pytorch#158232 (a cast cached under "
+                                              "no_grad reused by the grad forward), fixed by PR #165068 (merged "
+                                              "December 2025), not pytorch/pytorch#112583 (fixed in 2023 by "
+                                              "#113685).")
     return Judgement("does not hold", summary)
 
 

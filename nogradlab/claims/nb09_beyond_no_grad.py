@@ -15,7 +15,7 @@ from .measure import (
     _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note,
     _speed_batch, _tiers, _torch_threads, forward_condition)
 from .probes import _error_text
-from .rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, TIE, verdict_of
+from .rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
 
 NOTEBOOK = "09_beyond_no_grad"
 
@@ -151,7 +151,7 @@ X05 = declare(
               "least 10 rounds). A condition agrees when some lever's CI lies wholly above plain no_grad's "
               "and it is at least 5 % faster; disagrees when every lever's CI upper end stays below 5 % "
               "faster than no_grad (below the claim); unresolved otherwise; " + AGGREGATE + ". The levers are GPU levers: off a GPU the "
-              "reference GPU's measurements decide.", threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
+              "reference GPU's measurements decide." + SELF_CONTRADICTION, threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
 
 
 @_check("X05")

@@ -34,7 +34,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
-__all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "AGGREGATE", "SIDES", "get", "digest", "verdict_of",
+__all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "AGGREGATE", "SELF_CONTRADICTION", "SIDES", "get", "digest", "verdict_of",
            "rounds_to_decide", "MIN_BOOTSTRAP_ROUNDS", "direction_text", "proxy_text"]
 
 #: what counts as a tie between two timed cases, in every check that ranks or compares timings
@@ -53,6 +53,13 @@ SIDES = ("above", "below")
 #: rule sentence that judges several conditions uses
 AGGREGATE = ("holds if every condition agrees; depends if some agree and some disagree; does not hold if none "
              "agrees and some disagree; inconclusive if none disagrees and some are unresolved")
+
+#: the case every rule sentence of a claim reading a quantity several claims share (a workload's forward
+#: timing, the cost of entering and leaving no_grad) names: a stored column that measured the quantity
+#: several times with values that contradict each other does not decide the claim (claims.evidence)
+SELF_CONTRADICTION = (" A column that contradicts itself on a quantity this claim reads (one quantity, several values "
+                      "that do not overlap; for a workload's forward timing, at any batch of that workload) does "
+                      "not decide it: needs re-measuring.")
 
 #: the fewest paired rounds a timed condition's interval is read from: the claim checks' first look
 #: (nogradlab.timing.looks). The signed-rank interval is exact at any number of rounds, but read at
@@ -261,8 +268,12 @@ def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
         if more:
             text += (f" (their intervals straddle a band edge; about {max(more)} timing rounds per case "
                      f"would decide {'them' if len(open_) > 1 else 'it'}, where {max(r['rounds'] or 0 for r in open_)} were run)")
+        elif any(r["rounds"] for r in open_):
+            text += " (their intervals straddle a band edge and their point lies on it)"
+        elif any(r["ci"] for r in open_):
+            text += " (untimed values within their stated error, such as an estimate's validation error, of a band edge)"
         else:
-            text += " (their intervals straddle a band edge and their point lies on it, or they are exact values on an edge)"
+            text += " (exact values on a band edge)"
     return text
 
 
