@@ -570,6 +570,19 @@ def signed_rank_interval(d, confidence: float = CONFIDENCE) -> tuple[float, floa
     return point, float(low), float(high)
 
 
+def _paired_samples(samples: Mapping[str, "list[float]"], baseline: str) -> tuple:
+    """``(names, data)``: the cases' per-round samples as a (cases, rounds) array, after checking that
+    ``baseline`` is one of them and that every case has the same number (>= 1) of rounds."""
+    if baseline not in samples:
+        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
+                         f"{', '.join(map(repr, samples))}")
+    names = list(samples)
+    data = np.asarray([samples[n] for n in names], dtype=np.float64)  # (cases, rounds)
+    if data.ndim != 2 or data.shape[1] < 1:
+        raise ValueError("every case needs the same number (>= 1) of per-round samples")
+    return names, data
+
+
 def paired_speedup(samples: Mapping[str, "list[float]"], baseline: str, confidence: float = CONFIDENCE
                    ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Speedups over ``baseline`` with their confidence intervals, from per-round paired samples.
@@ -579,13 +592,7 @@ def paired_speedup(samples: Mapping[str, "list[float]"], baseline: str, confiden
     Hodges-Lehmann centre of the ``d_r`` and its interval ``exp`` of the signed-rank interval
     (:func:`signed_rank_interval`): the typical paired ratio, which for a case that is a fixed
     factor faster than the baseline is that factor. Deterministic (no resampling)."""
-    if baseline not in samples:
-        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
-                         f"{', '.join(map(repr, samples))}")
-    names = list(samples)
-    data = np.asarray([samples[n] for n in names], dtype=np.float64)  # (cases, rounds)
-    if data.ndim != 2 or data.shape[1] < 1:
-        raise ValueError("every case needs the same number (>= 1) of per-round samples")
+    names, data = _paired_samples(samples, baseline)
     if not np.all(data > 0):
         raise ValueError("per-round times must be positive")
     logs = np.log(data)
@@ -693,13 +700,7 @@ def bootstrap_speedup(samples: Mapping[str, "list[float]"], baseline: str,
     is the ``(1-confidence)/2`` and ``(1+confidence)/2`` percentiles of the resampled ratios.
     Deterministic for a given ``seed`` (a ``numpy.random.default_rng``).
     """
-    if baseline not in samples:
-        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
-                         f"{', '.join(map(repr, samples))}")
-    names = list(samples)
-    data = np.asarray([samples[n] for n in names], dtype=np.float64)  # (cases, rounds)
-    if data.ndim != 2 or data.shape[1] < 1:
-        raise ValueError("every case needs the same number (>= 1) of per-round samples")
+    names, data = _paired_samples(samples, baseline)
     rounds = data.shape[1]
     b = names.index(baseline)
     medians = np.median(data, axis=1)
