@@ -513,7 +513,7 @@ def inference_rules() -> Figure:
 _ROWS = [  # (property, lesson that shows it)
     ("records a graph (`grad_fn`)", "01_what_no_grad_does.ipynb"),
     ("saves tensors for backward", "02_inside_the_engine.ipynb"),
-    ("bumps the version counter of what it makes", "09_beyond_no_grad.ipynb"),
+    ("what it makes has a version counter (bumped in place)", "09_beyond_no_grad.ipynb"),
     ("tracks views of what it makes", "09_beyond_no_grad.ipynb"),
     ("forward-mode AD", "09_beyond_no_grad.ipynb"),
     ("its results usable in training later", "09_beyond_no_grad.ipynb"),
@@ -572,7 +572,7 @@ def _mode_facts(prepare, context) -> list:
 
 def modes_table():
     """grad on, ``requires_grad_(False)``, ``no_grad``, ``inference_mode`` and ``model.eval()`` side by side:
-    records a graph, saves tensors, bumps version counters, tracks views, forward-mode AD, results usable in
+    records a graph, saves tensors, gives version counters, tracks views, forward-mode AD, results usable in
     training later, changes layers, seen by a thread started inside. Every cell is found by running it now
     (a small Linear + Dropout model), and links to the lesson that shows it. A Markdown table."""
     import contextlib  # noqa: PLC0415

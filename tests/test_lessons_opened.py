@@ -70,7 +70,7 @@ def test_the_modes_table_is_found_by_running_each_way():
     # columns: grad on, requires_grad_(False), no_grad(), inference_mode(), model.eval()
     assert rows["records a graph (`grad_fn`)"] == ["yes", "no", "no", "no", "yes"]
     assert rows["saves tensors for backward"] == ["yes", "no", "no", "no", "yes"]
-    assert rows["bumps the version counter of what it makes"] == ["yes", "yes", "yes", "no", "yes"]
+    assert rows["what it makes has a version counter (bumped in place)"] == ["yes", "yes", "yes", "no", "yes"]
     assert rows["tracks views of what it makes"] == ["yes", "yes", "yes", "no", "yes"]
     assert rows["forward-mode AD"] == ["yes", "yes", "yes", "no", "yes"]  # the inference_mode docs' note
     assert rows["its results usable in training later"][3].startswith("no")

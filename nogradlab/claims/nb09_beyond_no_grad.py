@@ -22,7 +22,7 @@ NOTEBOOK = "09_beyond_no_grad"
 
 X01 = declare(
     "X01", section='beyond', kind='semantic+numeric', notebook=NOTEBOOK,
-    paraphrase='torch.inference_mode skips more than no_grad (version counters, view tracking), and its tensors cannot be saved for backward later',
+    paraphrase='torch.inference_mode skips more than no_grad (version counters, view tracking), and the tensors it makes are not for computations autograd records later (the documented contract)',
     figure=None,
     rule=Rule("Holds when inference_mode tensors skip version counting and view tracking (no_grad's keep "
                 "both) and cannot be saved for a later backward, as documented; otherwise does not hold. Its "
