@@ -95,10 +95,15 @@ def test_c18_above_the_band_is_not_agreement_and_estimates_decide():
     ev = r.evidence
     est = ev["estimated_full_size"]
     assert [c["value"] for c in r.conditions] == [row["memory_saved"] for row in est]  # tiny runs do not decide
-    for c in r.conditions:  # unrounded, above the band disagrees as below it does
-        assert c["reading"] == ("agrees" if 0.20 <= c["value"] <= 0.40 else "disagrees")
+    for c in r.conditions:  # unrounded, read with the estimate's validation error: above the band disagrees
+        lo, hi = c["ci"]     # as below it does, and a value within its error of an edge is unresolved
+        assert lo <= c["value"] <= hi
+        assert c["reading"] == ("agrees" if 0.20 <= lo and hi <= 0.40 else
+                                "disagrees" if hi < 0.20 or lo > 0.40 else "unresolved")
     n_in = sum(c["reading"] == "agrees" for c in r.conditions)
-    assert r.verdict == ("holds" if n_in == len(est) else "does not hold" if n_in == 0 else "depends")
+    n_out = sum(c["reading"] == "disagrees" for c in r.conditions)
+    assert r.verdict == ("holds" if n_in == len(est) else "depends" if n_in and n_out else
+                         "does not hold" if n_out else "inconclusive")
     assert r.scope["basis"] == "estimated" and "On your machine" in r.summary
 
 
@@ -147,8 +152,8 @@ def test_c20_rows_cover_the_table_with_the_article_bands():
         # the speed cell is forward with grad vs forward without, with its CI
         lo, hi = row["speed_gain_ci"]
         assert lo <= row["speed_gain"] <= hi
-        t = row["timing"]
-        assert row["speed_gain"] == pytest.approx(t["grad_forward"] / t["no_grad_forward"] - 1)
+        t = row["timing"]  # the gain is the typical paired per-round ratio: beside the ratio of medians
+        assert (row["speed_gain"] > 0) == (t["grad_forward"] / t["no_grad_forward"] - 1 > 0) or lo <= 0 <= hi
         # the training step is its own row, beside it: not timed in a tiny CPU run (a learner's kernel)
         assert row["training_step_vs_no_grad_forward"] is None
     for c in r.conditions:  # memory and batch cells: full-size estimates, read unrounded against the band

@@ -49,7 +49,7 @@ from .. import batch as _batch
 from .. import memory, modes, timing, workloads
 from . import claim_check
 
-from .rules import RULES
+from .rules import MIN_BOOTSTRAP_ROUNDS, RULES
 
 __all__ = ["accounting", "with_seq_len", "estimate_row", "estimate_sweep", "measure_forward",
            "memory_saved", "param_bytes", "GiB", "ARTICLE_TABLE"]
@@ -83,8 +83,8 @@ def _quick(ctx) -> bool:
 
 
 def _knobs(ctx, **quick_overrides) -> dict:
-    """compare() settings. ``rounds`` is the minimum (10: the first look; read at 99 % over fewer
-    rounds the signed-rank interval spans most of their range); a shared forward condition then goes on, a block of rounds at a time, until its
+    """compare() settings. ``rounds`` is the minimum (10, the first look; a smaller value from the
+    params is raised to 10, since over fewer rounds a look read at 99 % has no finite interval); a shared forward condition then goes on, a block of rounds at a time, until its
     intervals decide every rule that reads it (:func:`_condition_edges`), up to ``max_rounds`` or
     ``time_budget`` seconds of rounds (the comparison's ``stopped`` says which). Tiny CPU runs take
     short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
@@ -103,6 +103,15 @@ def _knobs(ctx, **quick_overrides) -> dict:
     for key in k:
         if key in ctx.params:
             k[key] = ctx.params[key]
+    r = k["rounds"]
+    if isinstance(r, int) and not isinstance(r, bool) and 2 <= r < MIN_BOOTSTRAP_ROUNDS:
+        # fewer rounds give the first look no finite interval at its 99 % (a signed-rank interval over
+        # n pairs is bounded only once 2 / 2**n < 1 %): such a condition could only read "unresolved"
+        # and store an infinite bound, so a smaller ``rounds`` is raised to the checks' first look
+        k["rounds"] = MIN_BOOTSTRAP_ROUNDS
+        m = k.get("max_rounds")
+        if isinstance(m, int) and not isinstance(m, bool) and m < MIN_BOOTSTRAP_ROUNDS:
+            k["max_rounds"] = MIN_BOOTSTRAP_ROUNDS
     return k
 
 
