@@ -165,6 +165,14 @@ def _main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from . import claims as _claims
+
+        if not isinstance(e, _claims.JudgeError):
+            raise
+        # strict mode only (runner.references): run judges the references before its first notebook
+        print(f"error: judging the reference runs failed ({' '.join(str(e).split())[:300]})", file=sys.stderr)
+        return 1
 
 
 def _estimate(args, command: str) -> int:

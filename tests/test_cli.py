@@ -278,6 +278,18 @@ def test_in_strict_mode_a_judge_error_on_a_reference_stops_claims_before_any_che
     assert "JudgeError" in err and "C06" in err and len(err.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_in_strict_mode_a_judge_error_on_a_reference_stops_run_before_any_notebook(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    results = _broken_results(tmp_path, _wrong_type)
+    write_notebook(tmp_path / "nbs", "01_never", "raise SystemExit('a notebook ran')")
+    out = tmp_path / "build"
+    assert main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(tmp_path / "nbs"),
+                 "--out", str(out), "--results", str(results), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "judging the reference runs failed" in err and "C06" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nbs", "results"]  # nothing built, nothing left
+
+
 def test_run_starts_and_finishes_beside_a_broken_reference_column(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv(claims.STRICT_ENV, raising=False)
     results = _broken_results(tmp_path, lambda doc: (_huge(doc), _wrong_type(doc)) and None)
