@@ -13,7 +13,9 @@ alone and prints the verdict table. Both exit 0 only when every claim asked for 
 for ``run``, every notebook ran); 2 on bad arguments or an output path they may not use (checked before
 any work: see ``nogradlab.outdir``); 130 when interrupted (Ctrl-C or SIGTERM). ``meta.complete`` means
 every claim: ``claims --json`` never replaces a complete claims.json with a partial one (``--ids``, or a
-check that failed) unless given ``--force``.
+check that failed) unless given ``--force``. The reference columns (``results/*/claims.json``) are read and
+judged by today's rules before any check or notebook: a value in them that is no measurement reads "needs
+re-measuring", an unreadable file is skipped with a warning (``nogradlab.runner.references``).
 """
 from __future__ import annotations
 
