@@ -13,7 +13,9 @@ alone and prints the verdict table. Both exit 0 only when every claim asked for 
 for ``run``, every notebook ran); 2 on bad arguments or an output path they may not use (checked before
 any work: see ``nogradlab.outdir``); 130 when interrupted (Ctrl-C or SIGTERM). ``meta.complete`` means
 every claim: ``claims --json`` never replaces a complete claims.json with a partial one (``--ids``, or a
-check that failed) unless given ``--force``.
+check that failed) unless given ``--force``. The reference columns (``results/*/claims.json``) are read and
+judged by today's rules before any check or notebook: a value in them that is no measurement reads "needs
+re-measuring", an unreadable file is skipped with a warning (``nogradlab.runner.references``).
 """
 from __future__ import annotations
 
@@ -72,6 +74,16 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """The command line; returns the exit status. Ctrl-C at any moment, while the modules load included,
+    prints one line ("interrupted") and returns 130, never a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
@@ -100,6 +112,16 @@ def main(argv=None) -> int:
     except (ValueError, RuntimeError, TypeError, FileNotFoundError, outdir.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    refs = []
+    if args.cmd == "claims" and not args.no_results:
+        # the reference columns are judged before any check: one that today's judges cannot read shows
+        # "needs re-measuring" (or is skipped with a warning), never crashes the command after its checks
+        try:
+            refs = runner.references(args.results or runner.default_dir("results"), explicit=bool(args.results))
+        except Exception as e:  # noqa: BLE001 - strict mode only (runner.references): a bug, found before any work
+            print(f"error: judging the reference runs failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})",
+                  file=sys.stderr)
+            return 1
     color = report.color_default(sys.stdout)
     try:
         if args.cmd == "run":
@@ -123,13 +145,6 @@ def main(argv=None) -> int:
             return 130 if meta.get("interrupted") else 1
         doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=not args.no_progress,
                                   command=command)
-        if args.no_results:
-            refs = []
-        elif args.results:
-            refs = report.load_references(args.results)
-        else:
-            default = runner.default_dir("results")
-            refs = report.load_references(default) if default.is_dir() else []
         print(report.terminal_table(doc, refs, color=color))
         if args.json:
             try:
@@ -152,6 +167,14 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        from . import claims as _claims
+
+        if not isinstance(e, _claims.JudgeError):
+            raise
+        # strict mode only (runner.references): run judges the references before its first notebook
+        print(f"error: judging the reference runs failed ({' '.join(str(e).split())[:300]})", file=sys.stderr)
+        return 1
 
 
 def _estimate(args, command: str) -> int:

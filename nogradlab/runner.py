@@ -36,7 +36,8 @@ from . import outdir as _outdir
 from . import report as _report
 from . import workloads as _workloads
 
-__all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "notebooks_dir", "RunOutcome"]
+__all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "notebooks_dir", "references",
+           "RunOutcome"]
 
 REPO = Path(__file__).resolve().parents[1]
 _NB_RE = re.compile(r"^\d\d_.+\.ipynb$")
@@ -81,6 +82,29 @@ def discover(notebooks_dir) -> list:
     if not found:
         raise FileNotFoundError(f"no notebooks named NN_*.ipynb in {str(d)!r}")
     return found
+
+
+def references(results=None, *, explicit: bool = True) -> list:
+    """The reference runs shown beside a run's verdicts, each judged again by today's rules
+    (:func:`nogradlab.report.load_references`), read before any work. ``explicit``: ``results`` was asked
+    for (a missing folder is warned about); otherwise it is read only when it exists.
+
+    A column whose entry holds something that is no measurement (NaN, an infinity, a 401-digit integer, a
+    wrong type) reads "needs re-measuring" there, and an unreadable file is skipped with a warning (both
+    ``load_references``'). Whatever else goes wrong judging them costs the reference columns, never the
+    run: a one-line warning, no columns. In strict mode (:func:`nogradlab.claims.strict`, the tests) that
+    error raises instead: it is a bug in nogradlab, found before any work.
+    """
+    if results is None or not (explicit or Path(results).is_dir()):
+        return []
+    try:
+        return _report.load_references(results)
+    except Exception as e:  # noqa: BLE001 - a reference never crashes a run; strict mode raises
+        if _claims.strict():
+            raise
+        why = " ".join(f"{type(e).__name__}: {e}".split())
+        print(f"warning: no reference runs shown: judging {str(results)!r} failed ({why[:300]})", file=sys.stderr)
+        return []
 
 
 def parse_ids(text: "str | None") -> "list | None":
@@ -277,7 +301,7 @@ def run(device="auto", scale="auto", out="nogradlab-run", notebooks=None, result
     with _outdir.Lock(lock_path, repr(str(lock_path.parent / Path(out).name))):  # a second run stops here
         lay = _outdir.prepare(out, protect=protect)
         # an explicit --results is read (a misspelled one is warned about); the default only when it exists
-        refs = _report.load_references(results_dir) if results or results_dir.is_dir() else []
+        refs = references(results_dir, explicit=bool(results))
         # Ctrl-C and SIGTERM: while notebooks run they stop the run (an interrupt); once the report is being
         # written they are noted and honoured after it, so that no signal can leave half a build behind.
         state = {"phase": "running", "pending": []}

@@ -154,3 +154,174 @@ def test_replace_never_deletes_a_folder_that_is_not_ours(tmp_path):
     with pytest.raises(outdir.OutputError, match="did not write"):
         outdir.replace_dir(new, out, tmp_path / "build.previous")
     assert (out / "thesis.tex").read_text() == "mine" and new.is_dir()
+
+
+# ------------------------------------------------------------------ broken reference columns
+CPU_REF = ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"
+
+
+def _broken_results(tmp_path, mutate) -> Path:
+    """A results folder holding the committed CPU column with ``mutate(doc)`` applied (or, when
+    ``mutate`` returns a str, that text as the file)."""
+    doc = json.loads(CPU_REF.read_text())
+    text = mutate(doc)
+    (tmp_path / "results" / "broken").mkdir(parents=True)
+    (tmp_path / "results" / "broken" / "claims.json").write_text(json.dumps(doc) if text is None else text)
+    return tmp_path / "results"
+
+
+def _entry(doc, cid):
+    e = next(c for c in doc["claims"] if c["id"] == cid)
+    return e.setdefault("measurements", e.pop("evidence", {}))
+
+
+def _huge(doc):  # the report's case: a 401-digit integer, in C07 and in the C06 the run shows
+    _entry(doc, "C07")["reports"]["grad"]["saved_bytes"] = 10 ** 400
+    _entry(doc, "C06")["inside_no_grad"]["requires_grad"] = 10 ** 400
+
+
+def _non_finite(word):  # written as JSON text that Python's json reads as a float
+    def mutate(doc):
+        _entry(doc, "C06")["inside_no_grad"]["requires_grad"] = "@@"
+        return json.dumps(doc).replace('"@@"', word)
+    return mutate
+
+
+def _wrong_type(doc):  # the judge indexes a string: its error, read as "needs re-measuring" in a learner's run
+    _entry(doc, "C06")["inside_no_grad"] = "x"
+
+
+BROKEN_COLUMNS = {"10**400": _huge, "NaN": _non_finite("NaN"), "Infinity": _non_finite("Infinity"),
+                  "-Infinity": _non_finite("-Infinity"), "wrong type": _wrong_type}
+
+
+def _c06_row(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("C06"))
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_COLUMNS))
+def test_claims_judges_a_broken_reference_column_needs_re_measuring_and_writes_its_json(case, tmp_path, capsys,
+                                                                                        monkeypatch):
+    if case == "wrong type":  # a learner's run: a judge's error on a column of the wrong shape never crashes it
+        monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    results = _broken_results(tmp_path, BROKEN_COLUMNS[case])
+    out = tmp_path / "claims.json"
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C06", "--results", str(results),
+               "--json", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and report.load_doc(out)["claims"][0]["verdict"] == "holds"
+    row = _c06_row(printed)  # this run's verdict, then the broken column's
+    assert row.split()[1] == "holds" and "needs re-measuring" in row, row
+    assert "ref 1 = broken" in printed
+
+
+@pytest.mark.parametrize("case", ["truncated", "directory", "not the schema", "measurements not an object"])
+def test_claims_skips_an_unreadable_reference_with_a_warning_and_writes_its_json(case, tmp_path, capsys):
+    if case == "directory":
+        (tmp_path / "results" / "broken" / "claims.json").mkdir(parents=True)
+        results = tmp_path / "results"
+    elif case == "truncated":
+        results = _broken_results(tmp_path, lambda doc: CPU_REF.read_text()[:5000])
+    elif case == "not the schema":
+        results = _broken_results(tmp_path, lambda doc: doc["meta"].update(device=5))
+    else:
+        results = _broken_results(tmp_path, lambda doc: next(c for c in doc["claims"] if c["id"] == "C06")
+                                  .update(measurements=[1, 2], evidence=[1, 2]))
+    out = tmp_path / "claims.json"
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C06", "--results", str(results),
+               "--json", str(out), "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 0 and report.load_doc(out)["claims"][0]["verdict"] == "holds"
+    assert "skipping reference" in captured.err and "broken" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_claims_judges_the_references_before_any_check(tmp_path, capsys, monkeypatch):
+    from nogradlab import runner
+
+    results = _broken_results(tmp_path, _huge)
+    seen = []
+    real_load, real_check = report.load_references, runner.check_claims
+    monkeypatch.setattr(report, "load_references", lambda *a, **k: seen.append("references") or real_load(*a, **k))
+    monkeypatch.setattr(runner, "check_claims", lambda *a, **k: seen.append("checks") or real_check(*a, **k))
+    assert main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C06", "--results", str(results),
+                 "--no-progress"]) == 0
+    assert seen == ["references", "checks"]
+    assert "needs re-measuring" in _c06_row(capsys.readouterr().out)
+
+
+def test_claims_survives_a_reference_that_breaks_the_judging_itself(tmp_path, capsys, monkeypatch):
+    # whatever goes wrong judging a reference (outside strict mode) costs its column, never the run
+    monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    results = _broken_results(tmp_path, _huge)
+
+    def broken(doc):
+        raise OverflowError("int too large to convert to float")
+    monkeypatch.setattr(report, "rejudged", broken)
+    out = tmp_path / "claims.json"
+    assert main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C06", "--results", str(results),
+                 "--json", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert out.exists() and "OverflowError" in err and "Traceback" not in err
+
+
+def test_in_strict_mode_a_judge_error_on_a_reference_stops_claims_before_any_check(tmp_path, capsys, monkeypatch):
+    from nogradlab import runner
+
+    monkeypatch.setenv(claims.STRICT_ENV, "1")  # the tests' mode: a judge's own error is a bug, said in one line
+    results = _broken_results(tmp_path, _wrong_type)
+    monkeypatch.setattr(runner, "check_claims", lambda *a, **k: pytest.fail("a check ran"))
+    out = tmp_path / "claims.json"
+    assert main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C06", "--results", str(results),
+                 "--json", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "JudgeError" in err and "C06" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_in_strict_mode_a_judge_error_on_a_reference_stops_run_before_any_notebook(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(claims.STRICT_ENV, "1")
+    results = _broken_results(tmp_path, _wrong_type)
+    write_notebook(tmp_path / "nbs", "01_never", "raise SystemExit('a notebook ran')")
+    out = tmp_path / "build"
+    assert main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(tmp_path / "nbs"),
+                 "--out", str(out), "--results", str(results), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "judging the reference runs failed" in err and "C06" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nbs", "results"]  # nothing built, nothing left
+
+
+def test_run_starts_and_finishes_beside_a_broken_reference_column(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    results = _broken_results(tmp_path, lambda doc: (_huge(doc), _wrong_type(doc)) and None)
+    write_notebook(tmp_path / "nbs", "01_fake_ledger", FAKE_LEDGER)
+    out = tmp_path / "build"
+    assert main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(tmp_path / "nbs"),
+                 "--out", str(out), "--results", str(results), "--no-progress"]) == 0
+    assert "needs re-measuring" in _c06_row(capsys.readouterr().out)
+    assert (out / "report.html").exists() and report.load_doc(out / "claims.json")["meta"]["complete"]
+
+
+# ------------------------------------------------------------------ Ctrl-C while starting
+
+
+def test_ctrl_c_while_starting_prints_one_line_and_exits_130(tmp_path):
+    import signal
+    import time
+
+    interrupted = 0
+    for delay in (0.5, 1.0, 1.5, 2.5, 4.0):
+        proc = subprocess.Popen([sys.executable, "-m", "nogradlab", "claims", "--device", "cpu", "--scale", "tiny",
+                                 "--ids", "C06", "--no-results", "--no-progress"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=600)
+        assert "Traceback" not in err, (delay, err)
+        if proc.returncode == -signal.SIGINT:  # it arrived while the finished interpreter shut down (SIGINT's
+            assert "1 claims on" in out and not err, (delay, out, err)  # default action then): no traceback
+            continue
+        assert proc.returncode in (0, 130), (delay, proc.returncode, out, err)
+        if proc.returncode == 130:
+            assert err.strip().splitlines()[-1] == "interrupted", err
+            interrupted += 1
+    assert interrupted  # at least one of them landed before the command finished
