@@ -603,8 +603,9 @@ def judge_c20(m, rule, ref=None):
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
     older = any("no forward timing" in c["condition"] for c in cells)
-    where = ("speed unresolved: this column timed a training step against a no_grad forward (an older protocol), "
-             "not a forward against a forward, so memory and batch decide" if older and m.on_gpu else
+    timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
+    where = (f"speed unresolved: {timer} timed a training step against a no_grad forward (an older protocol), "
+             "not a forward against a forward, so memory and batch decide" if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column has one)")
     def val(c):
