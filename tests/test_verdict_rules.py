@@ -343,3 +343,41 @@ def test_the_notebook_box_says_which_way_each_condition_disagrees():
     html = r._repr_html_()
     assert "3 disagree (2 above, 1 below the article) of 3 conditions" in html
     assert "disagrees (above)" in html and "disagrees (below)" in html
+
+
+# ------------------------------------------------------- a timing that cannot be is read unresolved, in words
+
+def _x05_inference_mode_slower(im=1.00, im_ci=(0.78, 1.21)):
+    """Two rows where a lever beats no_grad; in the first, inference_mode reads ``im`` against no_grad's
+    1.15x [1.05, 1.22] (the H200 column's resnet50@32)."""
+    m = _x05(["agrees", "agrees"])
+    r = m["rows"][0]
+    r["speedup"].update(no_grad=1.15, inference_mode=im)
+    r["ci"].update(no_grad=[1.05, 1.22], inference_mode=list(im_ci))
+    r["speedup"]["no_grad+bf16"], r["ci"]["no_grad+bf16"] = 1.50, [1.45, 1.55]
+    return m
+
+
+def test_x05_reads_a_row_where_inference_mode_is_clearly_slower_than_no_grad_unresolved_and_says_why():
+    j = _judge("X05", _x05_inference_mode_slower(), GPU)
+    assert [c["reading"] for c in j.conditions] == ["unresolved", "agrees"], j.conditions
+    assert j.verdict == "inconclusive"
+    assert "w0@8 is read unresolved: inference_mode times 1.00x [0.78, 1.21] against no_grad's 1.15x" in j.summary
+    assert "a disturbed timing" in j.summary
+    # the same row with inference_mode as fast as no_grad is read as before
+    j = _judge("X05", _x05_inference_mode_slower(1.15, (1.06, 1.24)), GPU)
+    assert [c["reading"] for c in j.conditions] == ["agrees", "agrees"] and j.verdict == "holds"
+    assert "read unresolved" not in j.summary
+
+
+def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_decides_on_memory_and_batch():
+    m = _c20(["disagrees", "disagrees"], [None, None])
+    for r in m["rows"]:  # protocol 1: a training step timed, no speed_case
+        r["speed_gain_forward_only"] = 0.3
+    j = _judge("C20", m, GPU)
+    assert j.verdict == "does not hold", j.summary
+    speed = [c for c in j.conditions if "speed" in c["condition"]]
+    assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
+    assert "timed a training step" in j.summary and "memory and batch decide" in j.summary
+    m = _c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
+    assert _judge("C20", m, GPU).verdict == "inconclusive"

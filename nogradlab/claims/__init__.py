@@ -875,11 +875,101 @@ def _aged(scope: dict, meta: dict) -> dict:
     return scope
 
 
-def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | None" = None) -> Judgement:
-    """The verdict of a claim whose column contradicts itself on a quantity the claim reads: not decided."""
+def _substituted(claim_id: str, values: dict, seconds: float) -> "dict | None":
+    """``values`` with the cost of entering and leaving no_grad read as ``seconds`` (and what the judge
+    derives from it scaled alike), for the claims that read that cost (C12, C13); None for others."""
+    import copy
+
+    v = copy.deepcopy(values)
+    if claim_id == "C12":
+        f = seconds / v["enter_exit"]["median"]
+        v["enter_exit"]["median"] = seconds
+        v["nested_enter_exit"]["median"] *= f  # the nested cost is the same mechanism: scaled with it
+        v["cost_ratio_nested_vs_forward"] *= f
+        return v
+    if claim_id == "C13":
+        f = seconds / v["enter_exit_s"]
+        v["enter_exit_s"] = seconds
+        v["predicted_gain_from_context_cost"] *= f
+        return v
+    return None
+
+
+def _workload_of(condition) -> str:
+    return str(condition).split("@")[0].split(" ")[0].split(",")[0]
+
+
+def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conflicts: list) -> tuple:
+    """``(verdict or None, words)``: what a column that contradicts itself on ``conflicts`` still decides
+    of the claim. A time-saving conflict makes the conditions of its workload(s) unresolved and the
+    conditions are aggregated again (:func:`rules.verdict_of`); a conflicting cost (C12, C13) is read with
+    each of its values. The verdict stands only when no reading in the conflict could change it (for
+    conditions: when treating them as agreeing or as disagreeing gives the same word, or when the others
+    already disagree, which the aggregate rule reads "does not hold" whatever unresolved ones beside them
+    say); otherwise None (needs re-measuring)."""
+    from .rules import verdict_of
+
+    if j is None or m is None or j.verdict in ("needs re-measuring", "not testable"):
+        return None, ""
+    verdict, words = j.verdict, []
+    seconds = [c for c in conflicts if c.get("workload") is None]
+    saving = [c for c in conflicts if c.get("workload") is not None]
+    for c in seconds:
+        found = {}
+        for value in c.get("values") or ():
+            try:
+                v = _substituted(claim.id, m.values, value)
+                if v is None:
+                    return None, ""
+                jv = _judge(claim, Measurements(v, m.device, m.scale, m.torch, protocol=m.protocol))
+            except Exception:  # noqa: BLE001 - a reading the judge cannot take decides nothing
+                return None, ""
+            found[value] = jv.verdict
+        if len(set(found.values())) != 1 or verdict not in found.values():
+            return None, (f"read with each of its values ({', '.join(f'{x * 1e6:.3g} µs' for x in found)}) "
+                          f"the verdict changes ({', '.join(sorted(set(found.values())))})")
+        words.append(f"read with either of its values ({', '.join(f'{x * 1e6:.3g} µs' for x in found)}) "
+                     f"{claim.id} {verdict}: the conflict cannot change the verdict")
+    if saving:
+        rows = [r for r in j.conditions or [] if isinstance(r, dict) and r.get("reading") in
+                ("agrees", "disagrees", "unresolved")]
+        if not rows or verdict_of(r["reading"] for r in rows) != verdict:
+            return None, ""  # a verdict not made by the aggregate rule: no condition can be set apart
+        doubt = {c["workload"] for c in saving}
+        hit = [r for r in rows if _workload_of(r["condition"]) in doubt]
+        if not hit:
+            return verdict, ""
+        rest = [r["reading"] for r in rows if r not in hit]
+        unres = verdict_of(rest + ["unresolved"] * len(hit))
+        agree = verdict_of(rest + ["agrees"] * len(hit))
+        disagree = verdict_of(rest + ["disagrees"] * len(hit))
+        names = ", ".join(str(r["condition"]) for r in hit)
+        if agree != disagree and unres not in ("does not hold", "depends"):
+            return None, (f"it cannot decide {names} (their timings are in doubt), and the verdict turns on them "
+                          f"({agree} if they agreed, {disagree} if they disagreed)")
+        verdict = unres
+        words.append(f"it cannot decide {names} (their timings are in doubt), read unresolved: the other "
+                     f"conditions decide, {verdict}")
+    return verdict, "; ".join(words)
+
+
+def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | None" = None,
+                j: "Judgement | None" = None, m: "Measurements | None" = None) -> Judgement:
+    """The verdict of a claim whose column contradicts itself on a quantity the claim reads: only what the
+    conflict can change is withdrawn (:func:`_despite`); the claim is not decided ("needs re-measuring")
+    when its verdict depends on a reading in the conflict. ``j`` is the column's own judgement of ``m``."""
+    verdict, why = _despite(claim, m, j, conflicts)
+    if verdict is not None:
+        head = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}); "
+                f"{why or 'no condition of the claim reads it'}. ")
+        text = head + j.summary + (f" On your machine: {local.summary}" if local is not None else "")
+        rows = [dict(r, reading="unresolved", side=None, conflict=True)
+                if isinstance(r, dict) and any(_workload_of(r.get("condition")) == c.get("workload")
+                                               for c in conflicts) else r for r in j.conditions or []]
+        return Judgement(verdict, text, j.reading, rows, j.scope)
     text = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}): one physical "
-            f"quantity, several values, so it does not decide {claim.id}; a run with today's protocol, which "
-            f"times each condition once for every claim, would.")
+            f"quantity, several values{f', and {why}' if why else ''}, so it does not decide {claim.id}; a run "
+            f"with today's protocol, which times each condition once for every claim, would.")
     if local is not None:
         text += f" On your machine: {local.summary}"
     return Judgement("needs re-measuring", text, local.reading if local is not None else "")
@@ -925,10 +1015,19 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     if ref is None and rejected:
         machine, meta, e, conflicts = rejected[0]
         rm = _entry_measurements(e, meta)
-        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, j)
+        own = _judge_or_needs(claim, rm)
+        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, j, own, rm)
+        decided = jr.verdict != "needs re-measuring"
+        if decided:
+            stale = _stale_words(meta)
+            jr = Judgement(jr.verdict, f"On the reference GPU: {jr.summary}" + (f" {stale}" if stale else ""),
+                           f"On the reference GPU: {jr.reading}" if jr.reading else "", jr.conditions)
         scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
-                       "text": f"not decided: the reference machine's column ({rm.label}, {machine}, "
-                               f"{column_age(meta)['label']}) contradicts itself on what {claim.id} reads"}, meta)
+                       "text": (f"measured on a reference machine: {rm.label} ({machine}, {column_age(meta)['label']}), "
+                                f"judged by today's rule; it contradicts itself on what {claim.id} reads, which "
+                                f"cannot change this verdict" if decided else
+                                f"not decided: the reference machine's column ({rm.label}, {machine}, "
+                                f"{column_age(meta)['label']}) contradicts itself on what {claim.id} reads")}, meta)
         return jr, scope, local
     if ref is None:
         jr = Judgement("needs re-measuring",
@@ -1022,7 +1121,7 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
     if meta is not None and scope.get("basis") in ("measured", "estimated"):  # decided by this column itself
         mine = [c for c in conflicts or () if claim.id in c.get("claims", ())]
         if mine and j.verdict != "needs re-measuring":
-            j = _conflicted(claim, f"This column ({m.label})", mine)
+            j = _conflicted(claim, f"This column ({m.label})", mine, None, j, m)
             scope = dict(scope, conflicts=mine)
         scope = _aged(scope, meta)
         stale = _stale_words(meta)

@@ -17,7 +17,10 @@ the claims that read them (:func:`conflicts_for`), and, for a workload's forward
 any timing of that workload (at any batch): the column's timings of that workload are in doubt together.
 
 A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
-:data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time).
+:data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time). Different
+quantities are not read as one: protocol 1's C17 timed a whole validation loop without a sync per batch
+(not a forward), and protocol 1's C20 gain has no stored interval (none is invented): neither is read.
+What such a conflict still leaves decided is ``claims._despite``'s.
 """
 from __future__ import annotations
 
@@ -133,18 +136,20 @@ def _key_saving(workload, batch, case) -> "tuple | None":
     return ("time saving", workload, batch, case or "no_grad")
 
 
-def _from_c03(v):
+def _from_c03(v, protocol=None):
     for r in _rows(v):
         k = _key_saving(r.get("workload"), r.get("batch"), r.get("case"))
         yield k, _num(r.get("time_saved")), _ci(r.get("time_saved_ci"))
 
 
-def _from_c17(v):
+def _from_c17(v, protocol=None):
+    if protocol == 1:  # protocol 1 timed a whole validation loop without a sync per batch: a loop that runs
+        return         # ahead of the GPU hides autograd's CPU cost, so it is not a forward's time saving
     k = _key_saving(v.get("workload"), v.get("batch"), None)
     yield k, _num(v.get("time_saved")), _ci(v.get("ci"))
 
 
-def _from_x05(v):
+def _from_x05(v, protocol=None):
     for r in _rows(v):
         sp, ci = r.get("speedup"), r.get("ci")
         if not isinstance(sp, dict):
@@ -155,20 +160,18 @@ def _from_x05(v):
                        _saving_ci(ci.get(case) if isinstance(ci, dict) else None))
 
 
-def _from_c20(v):
+def _from_c20(v, protocol=None):
     for r in _rows(v):
         if "speed_case" in r:  # protocol 2: forward against forward, with its interval
             g = _num(r.get("speed_gain"))
             yield (_key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
                    _saving(1 + g) if g is not None else None,
                    _saving_ci([1 + x for x in _ci(r.get("speed_gain_ci"))]) if _ci(r.get("speed_gain_ci")) else None)
-        elif "speed_gain_forward_only" in r:  # protocol 1: the forward-only gain, stored without an interval
-            g = _num(r.get("speed_gain_forward_only"))
-            yield (_key_saving(r.get("workload"), r.get("speed_batch"), None),
-                   _saving(1 + g) if g is not None else None, None)
+        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
+        # so it is not read here (a point beside intervals cannot contradict them honestly)
 
 
-def _from_c12(v):
+def _from_c12(v, protocol=None):
     ee = v.get("enter_exit")
     if isinstance(ee, dict):
         times = [t for t in (_num(x) for x in ee.get("times") or []) if t is not None] \
@@ -177,7 +180,7 @@ def _from_c12(v):
                (min(times), max(times)) if len(times) >= 2 else None)
 
 
-def _from_c13(v):
+def _from_c13(v, protocol=None):
     yield ("seconds", "enter+exit no_grad"), _num(v.get("enter_exit_s")), None
 
 
@@ -186,9 +189,10 @@ READERS = {"C03": _from_c03, "C17": _from_c17, "X05": _from_x05, "C20": _from_c2
            "C13": _from_c13}
 
 
-def readings(claims) -> dict:
+def readings(claims, protocol: "int | None" = None) -> dict:
     """quantity key -> ``[{"claim", "value", "interval", "stored_interval"}]`` over a column's entries
-    (``doc["claims"]``): every reading of a physical quantity that several claims measure."""
+    (``doc["claims"]``): every reading of a physical quantity that several claims measure. ``protocol``
+    is the column's (:func:`protocol_of`): what a measurement means depends on it."""
     out: dict = {}
     for e in claims or []:
         if not isinstance(e, dict) or e.get("id") not in READERS:
@@ -197,7 +201,7 @@ def readings(claims) -> dict:
         if not isinstance(values, dict):
             continue
         try:
-            found = list(READERS[e["id"]](values))
+            found = list(READERS[e["id"]](values, protocol))
         except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError):
             continue  # a malformed entry reads nothing (its judge says what it lacks)
         for key, value, ci in found:
@@ -240,7 +244,8 @@ def column_conflicts(doc: "dict | None") -> list:
     timing of the same workload: a column whose timings of a workload contradict each other decides
     no timing of that workload, at any batch)."""
     claims = (doc or {}).get("claims") if isinstance(doc, dict) else None
-    found = readings(claims if isinstance(claims, list) else [])
+    meta = doc.get("meta") if isinstance(doc, dict) and isinstance(doc.get("meta"), dict) else None
+    found = readings(claims if isinstance(claims, list) else [], protocol_of(meta))
     by_workload: dict = {}
     for key, rs in found.items():
         if key[0] == "time saving":
@@ -258,7 +263,8 @@ def column_conflicts(doc: "dict | None") -> list:
             if also:
                 text += (f"; so its other forward timings of {key[1]} decide nothing either "
                          f"({', '.join(also)} read{'s' if len(also) == 1 else ''} them)")
-            out.append({"quantity": _describe(key), "measured_by": sorted(measured_by),
+            out.append({"quantity": _describe(key), "workload": key[1] if key[0] == "time saving" else None,
+                        "values": sorted({r["value"] for r in rs}), "measured_by": sorted(measured_by),
                         "claims": sorted(measured_by | set(also)), "readings": rs, "text": text})
     return out
 

@@ -555,8 +555,10 @@ def _c20_cells(rows, speed_rows, fused: bool) -> list:
         if sr is None:
             items.append((f"{w} speed (no GPU timing)", r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
         else:
-            if "speed_case" not in sr:  # older columns timed a training step here, not a forward with grad
-                raise NeedsRemeasuring("speed_case")
+            if "speed_case" not in sr:  # protocol 1 timed a training step here, not a forward with grad:
+                items.append((f"{w} speed (no forward timing: the column timed a training step)",  # unresolved
+                              r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
+                continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
     return items
@@ -585,6 +587,8 @@ def judge_c20(m, rule, ref=None):
             return "n/a"
         if "no GPU timing" in c["condition"]:
             return "needs a GPU timing"
+        if "no forward timing" in c["condition"]:
+            return "unresolved: the column timed a training step, not a forward"
         unit_x = c["band"]["unit"] == "x"
         val = f"{c['value']:.2f}x" if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
         return f"{val} ({c['reading']})"
@@ -598,7 +602,11 @@ def judge_c20(m, rule, ref=None):
            f">= {r['batch_factor']:.2f}x or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
-    where = ("speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
+    older = any("no forward timing" in c["condition"] for c in cells)
+    timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
+    where = (f"speed unresolved: {timer} timed a training step against a no_grad forward (an older protocol), "
+             "not a forward against a forward, so memory and batch decide" if older else
+             "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column has one)")
     def val(c):
         return f"{c['value']:.2f}x" if c["band"]["unit"] == "x" else f"{c['value']:.0%}"

@@ -217,8 +217,20 @@ def x05(ctx):
                                                       for r in rows]).strip()}
 
 
+def _implausible(r) -> bool:
+    """inference_mode reads clearly slower than no_grad: its point below no_grad's whole interval.
+    inference_mode skips everything no_grad skips and more (version counters, view tracking), so such
+    a row is a disturbed timing, not a measurement of either."""
+    sp, ci = r.get("speedup") or {}, r.get("ci") or {}
+    if "inference_mode" not in sp or not isinstance(ci.get("no_grad"), (list, tuple)):
+        return False
+    return sp["inference_mode"] < ci["no_grad"][0]
+
+
 def _x05_reading(r, margin, min_rounds) -> str:
     sp, ci = r["speedup"], r["ci"]
+    if _implausible(r):
+        return "unresolved"
     levers = [k for k in sp if k.startswith("no_grad+")]
     if not levers:
         return "disagrees"
@@ -271,6 +283,14 @@ def judge_x05(m, rule):
                f"no_grad's and it is at least {margin:.0%} faster: "
                + ", ".join(f"{c['condition']}: {', '.join(c['beats_no_grad']) or 'none'} ({c['reading']})" for c in conds)
                + f". torch.compile: {m.get('compile_skipped') or 'included where it compiled'}." + gpu + cpu_note)
+    odd = [r for r in timed if _implausible(r)]
+    if odd:
+        summary += " " + "; ".join(
+            f"{r['workload']}@{r['batch']} is read unresolved: inference_mode times {r['speedup']['inference_mode']:.2f}x "
+            f"[{r['ci']['inference_mode'][0]:.2f}, {r['ci']['inference_mode'][1]:.2f}] against no_grad's "
+            f"{r['speedup']['no_grad']:.2f}x [{r['ci']['no_grad'][0]:.2f}, {r['ci']['no_grad'][1]:.2f}], clearly "
+            "slower, which cannot be (inference_mode skips all that no_grad skips and more): a disturbed timing"
+            for r in odd) + "."
     if m.get("provisional"):
         summary += " " + m["provisional"]
     n = sum(1 for c in conds if c["beats_no_grad"])

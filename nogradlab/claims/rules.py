@@ -59,7 +59,8 @@ AGGREGATE = ("holds if every condition agrees; depends if some agree and some di
 #: several times with values that contradict each other does not decide the claim (claims.evidence)
 SELF_CONTRADICTION = (" A column that contradicts itself on a quantity this claim reads (one quantity, several values "
                       "that do not overlap; for a workload's forward timing, at any batch of that workload) does "
-                      "not decide it: needs re-measuring.")
+                      "not decide what the conflict touches (that workload's conditions are unresolved; a cost is "
+                      "read with each of its values): needs re-measuring, unless it cannot change the verdict.")
 
 #: the fewest paired rounds a timed condition's interval is read from: the claim checks' first look
 #: (nogradlab.timing.looks). The signed-rank interval is exact at any number of rounds, but read at
