@@ -162,3 +162,40 @@ def test_measurements_that_are_not_an_object_read_needs_re_measuring(bad, monkey
     e.pop("evidence", None)
     e["measurements"] = bad
     assert claims.judge_entry(e, meta)["verdict"] in ("needs re-measuring", None)
+
+
+def _flag_leaves(v, path=()):
+    """Paths to the yes/no leaves (bools) of ``v``, as :func:`_leaves` walks it."""
+    if isinstance(v, dict):
+        for k, x in v.items():
+            yield from _flag_leaves(x, path + (k,))
+    elif isinstance(v, list):
+        for i in sorted({0, len(v) - 1}) if v else ():
+            yield from _flag_leaves(v[i], path + (i,))
+    elif isinstance(v, bool):
+        yield path
+
+
+@pytest.mark.parametrize("column", COLUMNS)
+def test_a_yes_no_observation_that_is_no_bool_never_decides(column, monkeypatch):
+    # C06 read requires_grad = "x" (or 1, or [1]) as False and said "does not hold"
+    monkeypatch.delenv(claims.STRICT_ENV, raising=False)
+    meta, entries = _column(column)
+    changed, n = [], 0
+    for e in entries:
+        key = "measurements" if "measurements" in e else "evidence"
+        base = _verdicts(copy.deepcopy(e), meta)
+        for path in _flag_leaves(e[key]):
+            if not claims._flag_name(_name(path)):
+                continue
+            for value in ("x", 1, [1]):
+                f = copy.deepcopy(e)
+                _put(f[key], path, value)
+                got = _verdicts(f, meta)
+                n += 1
+                if not all(g in ("needs re-measuring", w) for g, w in zip(got, base)):
+                    changed.append((e["id"], ".".join(map(str, path)), value, got, base))
+    assert n > 20 and not changed, changed[:5]
+    c06 = copy.deepcopy(next(x for x in entries if x["id"] == "C06"))
+    c06["measurements" if "measurements" in c06 else "evidence"]["inside_no_grad"]["requires_grad"] = "x"
+    assert claims.judge_entry(c06, meta)["verdict"] == "needs re-measuring"

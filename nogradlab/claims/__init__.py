@@ -286,6 +286,15 @@ def _number_name(name: str) -> bool:
     return name in ("ci", "value") or any(f in name for f in _NUMBER_FRAGMENTS)
 
 
+#: names of yes/no observations (``requires_grad``, ``same_predictions``, ``is_leaf``): only a bool is one
+#: (a string or a number there would read as a confident verdict: ``not "x"`` is False)
+_FLAG_NAMES = frozenset(("requires_grad", "grad_enabled", "volatile_ignored"))
+
+
+def _flag_name(name: str) -> bool:
+    return name in _FLAG_NAMES or name.startswith(("is_", "same_", "has_"))
+
+
 #: subtrees that describe (text or flags keyed by a quantity's name), never measure
 _DESCRIPTIVE = frozenset(("definitions", "in_band"))
 
@@ -316,6 +325,8 @@ def not_a_measurement(v, path: str = "") -> "str | None":
                     isinstance(y, numbers.Real) and not isinstance(y, bool) for y in x):
                 return f"{where}: a list of numbers holds a bool"
             stack.extend((y, f"{where}[{i}]", name) for i, y in enumerate(x))
+        elif _flag_name(name) and not isinstance(x, bool):
+            return f"{where}: {x!r} is not true or false, and {name!r} is a yes/no observation"
         elif isinstance(x, (bool, str)) or not isinstance(x, numbers.Real):
             if _non_negative(name) and isinstance(x, (bool, str)):
                 return f"{where}: {x!r} is not a number, and {name!r} counts, sizes or times something"
