@@ -341,7 +341,7 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
     inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
     model, ours: the three forwards first, then the training step with a fresh optimizer) and, with
     ``time_it``, each mode's time per call by ``nogradlab.timing.compare`` with the claim checks' knobs
-    (interleaved rounds; the ratio to the grad forward with its paired-bootstrap 95 % interval; the timed
+    (interleaved rounds; the ratio to the grad forward with its paired signed-rank 95 % interval; the timed
     training step uses SGD without momentum). Returns a JSON-ready dict (the document's ``here``)."""
     from . import timing
 

@@ -589,7 +589,7 @@ def test_index_has_a_glossary_with_anchors():
     s, e = _section(nb, "## Glossary")
     text = "\n".join(c.source for c in nb.cells[s:e])
     found = set(ANCHOR.findall(text))
-    for term in ("fake-tensor", "virtual-cuda-device", "distinct-storages", "iqr", "paired-bootstrap",
+    for term in ("fake-tensor", "virtual-cuda-device", "distinct-storages", "iqr", "paired-interval",
                  "scale-tiny", "caching-allocator", "inference-mode"):
         assert term in found, f"the glossary has no <a id=\"{term}\"> entry"
 
