@@ -1,0 +1,33 @@
+"""The stored columns' summaries give the reasons their own numbers support (ties are ties, a
+protocol's reading is described as that protocol took it)."""
+import json
+from pathlib import Path
+
+from nogradlab import report
+from nogradlab.claims.measure import _tier_line
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _judged(folder, cid):
+    doc = dict(report.load_references(ROOT / "results"))[folder]
+    return next(e for e in doc["claims"] if e["id"] == cid)
+
+
+def test_tiers_join_overlapping_intervals_with_equals_and_rank_only_disjoint_ones():
+    sp = {"a": 1.5, "b": 1.14, "c": 1.0, "d": 0.5}
+    ci = {"a": [1.22, 2.0], "b": [0.78, 1.3], "c": [0.78, 1.21], "d": [0.4, 0.6]}
+    line = _tier_line(sp, ci, [["a", "b"], ["c"], ["d"]])
+    assert line == "a 1.50x = b 1.14x = c 1.00x > d 0.50x", line
+
+
+def test_inference_mode_overlapping_no_grad_is_no_disturbed_timing_and_the_open_lever_is_named():
+    e = _judged("cuda-nvidia-h200", "X05")
+    s = e["summary"]
+    assert "clearly slower" not in s and "disturbed timing" not in s, s
+    assert "no_grad+channels_last 1.14x > inference_mode" not in s, s
+    assert "no_grad+compile 1.51x [1.2238, 2.0118] reaches down to no_grad's 1.15x [1.0496, 1.2244]" in s, s
+    assert e["verdict"] == "inconclusive"
+    row = next(c for c in e["evidence"]["conditions"] if c["condition"] == "resnet50@32") if "conditions" in e.get("evidence", {}) else None
+    if row is not None:
+        assert row["reading"] == "unresolved"
