@@ -1,6 +1,5 @@
 """The stored columns' summaries give the reasons their own numbers support (ties are ties, a
 protocol's reading is described as that protocol took it)."""
-import json
 from pathlib import Path
 
 from nogradlab import report
