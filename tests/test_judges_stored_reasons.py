@@ -30,3 +30,11 @@ def test_inference_mode_overlapping_no_grad_is_no_disturbed_timing_and_the_open_
     row = next(c for c in e["evidence"]["conditions"] if c["condition"] == "resnet50@32") if "conditions" in e.get("evidence", {}) else None
     if row is not None:
         assert row["reading"] == "unresolved"
+
+
+def test_a_column_without_per_step_timing_or_stored_labels_is_described_as_it_was_measured():
+    s = _judged("cuda-nvidia-h200", "C17")["summary"]  # protocol 1: the whole 20-batch loop timed at once
+    assert "cut the whole loop's time by" in s and "each step's forward" not in s, s
+    assert "drawn independently of the model" not in s and "chance" not in s, s
+    s = _judged("cpu-amd-epyc-2-threads", "C17")["summary"]  # stores timing and how its labels were made
+    assert "cut each step's forward by" in s and "drawn independently of the model" in s, s
