@@ -359,11 +359,20 @@ def _x05_inference_mode_slower(im=1.00, im_ci=(0.78, 1.21)):
 
 
 def test_x05_reads_a_row_where_inference_mode_is_clearly_slower_than_no_grad_unresolved_and_says_why():
-    j = _judge("X05", _x05_inference_mode_slower(), GPU)
+    j = _judge("X05", _x05_inference_mode_slower(0.90, (0.85, 0.95)), GPU)
     assert [c["reading"] for c in j.conditions] == ["unresolved", "agrees"], j.conditions
     assert j.verdict == "inconclusive"
-    assert "w0@8 is read unresolved: inference_mode times 1.00x [0.78, 1.21] against no_grad's 1.15x" in j.summary
+    assert "w0@8 is read unresolved: inference_mode times 0.90x [0.85, 0.95] against no_grad's 1.15x" in j.summary
     assert "a disturbed timing" in j.summary
+    # the H200 column's numbers: inference_mode's point 1.00x below no_grad's interval, but the two
+    # intervals overlap ([0.78, 1.21] against [1.05, 1.22]): a tie, no disturbed timing
+    j = _judge("X05", _x05_inference_mode_slower(), GPU)
+    assert [c["reading"] for c in j.conditions] == ["agrees", "agrees"] and "disturbed" not in j.summary
+    # where the row stores the paired ratio, it decides: inference_mode over no_grad wholly below 1
+    m = _x05_inference_mode_slower(1.15, (1.06, 1.24))
+    m["rows"][0]["inference_mode_vs_no_grad"] = [0.9, 0.85, 0.95]
+    j = _judge("X05", m, GPU)
+    assert j.conditions[0]["reading"] == "unresolved" and "paired, inference_mode over no_grad 0.90x" in j.summary
     # the same row with inference_mode as fast as no_grad is read as before
     j = _judge("X05", _x05_inference_mode_slower(1.15, (1.06, 1.24)), GPU)
     assert [c["reading"] for c in j.conditions] == ["agrees", "agrees"] and j.verdict == "holds"

@@ -722,6 +722,9 @@ def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
     if claim.basis == "estimate":
         return {"basis": "estimated",
                 "text": f"estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}"}
+    if claim.basis == "mixed" and m.on_gpu:  # the speed cells timed here; memory and batch cells are estimates
+        return {"basis": "measured", "text": f"{_where_text(m)} (speed); memory and batch estimated for a GPU at "
+                                             f"full size by {estimate_validation(m.protocol)[0]}"}
     return {"basis": "measured", "text": _where_text(m)}
 
 

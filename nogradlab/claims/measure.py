@@ -694,6 +694,19 @@ def _tiers(speedup: dict, ci: dict) -> list:
     return tiers
 
 
+def _tier_line(speedup: dict, ci: dict, tiers: list) -> str:
+    """``tiers`` as one line, fastest first: '=' inside a tier, and between two tiers '>' only when
+    every interval of the faster tier lies wholly above every interval of the slower one; where any
+    two overlap, '=' (overlapping intervals are a tie, never a ranking)."""
+    def tier(t):
+        return " = ".join(f"{k} {speedup[k]:.2f}x" for k in t)
+    line = tier(tiers[0]) if tiers else ""
+    for a, b in zip(tiers, tiers[1:]):
+        apart = all(ci[i][0] > ci[j][1] for i in a for j in b)
+        line += (" > " if apart else " = ") + tier(b)
+    return line
+
+
 def _beats(speedup: dict, ci: dict, case: str, ref: str, margin: float) -> bool:
     """``case`` beats ``ref``: its speedup CI lies wholly above ``ref``'s and its point estimate is
     at least ``margin`` faster (so a verdict cannot rest on a hair's breadth between runs)."""

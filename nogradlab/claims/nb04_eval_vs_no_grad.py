@@ -327,17 +327,22 @@ def judge_c17(m, rule):
     if acc["eval"] != acc["eval+no_grad"] or not same:
         verdict = "does not hold"
     timing = (f" ({m['grad_ms']:.3g} ms with grad, {m['no_grad_ms']:.3g} ms without)" if "grad_ms" in m else "")
+    # a column with per-step timing ("timing") synchronised each batch; one without (protocol 1) timed the
+    # whole loop at once, with no per-batch sync
+    cut = "each step's forward" if "timing" in m else "the whole loop's time"
     lead = direction_text(rows, "no_grad saves more time than the article says", "no_grad saves less time than the article says",
                           nothing="no_grad saves nothing clear")
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"Validation loop of the {name} in eval mode ({n} batches of {b}, {m.label}): adding no_grad cut "
-               f"each step's forward by {format_saved(m['time_saved'], lo, hi)}{timing}; article: about 35 %, "
+               f"{cut} by {format_saved(m['time_saved'], lo, hi)}{timing}; article: about 35 %, "
                f"read as {rule.band.text()}: {readings_text(rows)}. Predictions over {n * b} inputs "
                + ("identical" if same else "DIFFERENT")
                + (f" (largest logit difference {m['max_logit_diff']:.2g})" if "max_logit_diff" in m else "")
-               + f", so the accuracy is the same for any labels: {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f} "
-               "on labels drawn independently of the model (an untrained model's accuracy is chance; only the "
-               "identity of the predictions is evidence). The data is already on the device: a loader or "
+               + f", so the accuracy is the same for any labels: {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f}"
+               + (" on labels drawn independently of the model (an untrained model's accuracy is chance; only the "
+                  "identity of the predictions is evidence)" if "labels" in m else
+                  " (only the identity of the predictions is evidence)")
+               + ". The data is already on the device: a loader or "
                "host-to-device copies would add the same time to both.")
     if m.get("provisional"):
         summary += " " + m["provisional"]

@@ -539,17 +539,22 @@ def _c20_speed(row, fused: bool) -> tuple:
     return row["speed_gain"], *row["speed_gain_ci"]
 
 
-def _c20_cells(rows, speed_rows, fused: bool) -> list:
-    """(name, value, lo, hi, rounds, band) per cell; a speed cell without a GPU timing is unresolved."""
+def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
+    """(name, value, lo, hi, rounds, band) per cell; a speed cell without a GPU timing is unresolved.
+    Memory and batch cells are estimates whose two peaks (largest batches) are each within ``err`` of the
+    real ones (:func:`nogradlab.claims.estimate_validation`): their interval carries that error."""
     speed_by = {r["workload"]: r for r in (speed_rows or [])}
     items = []
     for r in rows:
         w = r["workload"]
-        items.append((f"{w} memory", r["memory_saved"], None, None, None, Band("range", *r["memory_band"])))
+        mlo, mhi = saving_interval(r["memory_saved"], err) if err else (None, None)
+        items.append((f"{w} memory", r["memory_saved"], mlo, mhi, None, Band("range", *r["memory_band"])))
         if r.get("batch_factor") is not None:
             capped = any(v.get("capped") for v in (r.get("largest_batch") or {}).values())
             if not capped:
-                items.append((f"{w} batch", r["batch_factor"], None, None, None, Band("range", *r["batch_band"], unit="x")))
+                f = r["batch_factor"]  # a ratio of two largest batches, each within err
+                blo, bhi = (f * (1 - err) / (1 + err), f * (1 + err) / (1 - err)) if err else (None, None)
+                items.append((f"{w} batch", f, blo, bhi, None, Band("range", *r["batch_band"], unit="x")))
         sr = speed_by.get(w)
         band = Band("range", *r["speed_band"])
         if sr is None:
@@ -577,8 +582,9 @@ def _c20_read(items) -> tuple:
 def judge_c20(m, rule, ref=None):
     rows = m["rows"]
     speed_rows = rows if m.on_gpu else (ref["rows"] if ref is not None else None)
-    without, cells = _c20_read(_c20_cells(rows, speed_rows, False))
-    with_, cells_on = _c20_read(_c20_cells(rows, speed_rows, True))
+    err = estimate_validation(m.protocol)[1]
+    without, cells = _c20_read(_c20_cells(rows, speed_rows, False, err))
+    with_, cells_on = _c20_read(_c20_cells(rows, speed_rows, True, err))
     verdict = without if with_ == without else "depends"
 
     def cell(name):
@@ -590,7 +596,7 @@ def judge_c20(m, rule, ref=None):
         if "no forward timing" in c["condition"]:
             return "unresolved: the column timed a training step, not a forward"
         unit_x = c["band"]["unit"] == "x"
-        val = f"{c['value']:.2f}x" if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
+        val = (f"{c['value']:.2f}x" + (f" [{c['ci'][0]:.2f}x, {c['ci'][1]:.2f}x]" if c["ci"] else "")) if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
         return f"{val} ({c['reading']})"
 
     desc = "; ".join(

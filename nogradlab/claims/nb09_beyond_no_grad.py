@@ -13,7 +13,7 @@ from .. import workloads
 from . import Judgement, declare
 from .measure import (
     _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note,
-    _speed_batch, _tiers, _torch_threads, forward_condition)
+    _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition)
 from .probes import _error_text
 from .rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
 
@@ -218,13 +218,51 @@ def x05(ctx):
 
 
 def _implausible(r) -> bool:
-    """inference_mode reads clearly slower than no_grad: its point below no_grad's whole interval.
-    inference_mode skips everything no_grad skips and more (version counters, view tracking), so such
-    a row is a disturbed timing, not a measurement of either."""
-    sp, ci = r.get("speedup") or {}, r.get("ci") or {}
-    if "inference_mode" not in sp or not isinstance(ci.get("no_grad"), (list, tuple)):
+    """inference_mode reads clearly slower than no_grad: the paired ratio's whole interval below 1
+    where the row stores it, else inference_mode's whole interval below no_grad's (overlapping
+    intervals are a tie, never 'slower'). inference_mode skips everything no_grad skips and more
+    (version counters, view tracking), so such a row is a disturbed timing, not a measurement of either."""
+    paired = r.get("inference_mode_vs_no_grad")
+    if isinstance(paired, (list, tuple)) and len(paired) == 3 and all(isinstance(v, (int, float)) for v in paired):
+        return paired[2] < 1
+    ci = r.get("ci") or {}
+    im, ng = ci.get("inference_mode"), ci.get("no_grad")
+    if not isinstance(im, (list, tuple)) or not isinstance(ng, (list, tuple)):
         return False
-    return sp["inference_mode"] < ci["no_grad"][0]
+    return im[1] < ng[0]
+
+
+def _paired(r) -> str:
+    p = r.get("inference_mode_vs_no_grad")
+    if isinstance(p, (list, tuple)) and len(p) == 3 and all(isinstance(v, (int, float)) for v in p):
+        return f"{p[0]:.2f}x [{p[1]:.2f}, {p[2]:.2f}]"
+    return ""
+
+
+def _x05_unresolved_why(r, margin, min_rounds) -> str:
+    """Why a row reads unresolved, in its own numbers (see :func:`_x05_reading`)."""
+    sp, ci = r["speedup"], r["ci"]
+    if _implausible(r):
+        return ""  # said on its own
+    rounds = r.get("rounds")
+    if rounds is not None and rounds < min_rounds:
+        return f"{r['workload']}@{r['batch']} is read unresolved: {rounds} timing rounds, under the {min_rounds} the rule asks"
+    lo_ng, hi_ng = ci["no_grad"]
+    line = (1 + margin) * sp["no_grad"]
+    open_ = [k for k in sp if k.startswith("no_grad+") and not (ci[k][1] < line or ci[k][1] <= lo_ng)]
+    why = []
+    for k in open_:
+        lo, hi = ci[k]
+        if lo <= hi_ng:
+            why.append(f"{k} {sp[k]:.2f}x [{lo:.4f}, {hi:.4f}] reaches down to no_grad's {sp['no_grad']:.2f}x "
+                       f"[{lo_ng:.4f}, {hi_ng:.4f}] (its lower end at or below no_grad's upper end)")
+        else:
+            why.append(f"{k} {sp[k]:.2f}x [{lo:.2f}, {hi:.2f}] lies above no_grad's {sp['no_grad']:.2f}x but "
+                       f"less than {margin:.0%} faster at its point")
+    if not why:
+        return ""
+    return (f"{r['workload']}@{r['batch']} is read unresolved: " + " and ".join(why)
+            + ", so it is neither clearly faster than no_grad nor ruled out")
 
 
 def _x05_reading(r, margin, min_rounds) -> str:
@@ -260,7 +298,7 @@ def judge_x05(m, rule):
     verdict = verdict_of(c["reading"] for c in conds)
 
     def fmt_tiers(r):
-        return " > ".join(" = ".join(f"{k} {r['speedup'][k]:.2f}x" for k in t) for t in r["tiers"])
+        return _tier_line(r["speedup"], r["ci"], r["tiers"])
 
     parts = "; ".join(f"{r['workload']}@{r['batch']}: {fmt_tiers(r)}" for r in timed)
     state = m.get("state") or {}
@@ -288,9 +326,14 @@ def judge_x05(m, rule):
         summary += " " + "; ".join(
             f"{r['workload']}@{r['batch']} is read unresolved: inference_mode times {r['speedup']['inference_mode']:.2f}x "
             f"[{r['ci']['inference_mode'][0]:.2f}, {r['ci']['inference_mode'][1]:.2f}] against no_grad's "
-            f"{r['speedup']['no_grad']:.2f}x [{r['ci']['no_grad'][0]:.2f}, {r['ci']['no_grad'][1]:.2f}], clearly "
-            "slower, which cannot be (inference_mode skips all that no_grad skips and more): a disturbed timing"
+            f"{r['speedup']['no_grad']:.2f}x [{r['ci']['no_grad'][0]:.2f}, {r['ci']['no_grad'][1]:.2f}]"
+            + (f" (paired, inference_mode over no_grad {_paired(r)})" if _paired(r) else "")
+            + ", clearly slower, which cannot be (inference_mode skips all that no_grad skips and more): a disturbed timing"
             for r in odd) + "."
+    why = [w for r, c in zip(timed, conds) if c["reading"] == "unresolved"
+           for w in [_x05_unresolved_why(r, margin, rule.min_samples)] if w]
+    if why:
+        summary += " " + "; ".join(why) + "."
     if m.get("provisional"):
         summary += " " + m["provisional"]
     n = sum(1 for c in conds if c["beats_no_grad"])
