@@ -66,7 +66,8 @@ test: install browser
 unit: install
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-# Lint: ruff on the package, tests, benchmarks and scripts; ruff through nbQA on the notebooks; the
+# Lint: ruff on the package, tests, benchmarks and scripts; the five wings' layers contract (import-linter,
+# pyproject.toml [tool.importlinter]: core <- estimate <- lab <- claims <- run); ruff through nbQA on the notebooks; the
 # notebooks stored without outputs (nbstripout, with the options of the git filter `make lab` sets).
 # The same hooks run from .pre-commit-config.yaml (`pre-commit install`). LINT_FORMAT=1 also checks
 # `ruff format` (not switched on yet: the code base is not formatted with it).
@@ -75,6 +76,7 @@ LINT_FORMAT ?= 0
 NBSTRIPOUT_ARGS := --keep-id --extra-keys 'metadata.papermill cell.metadata.papermill'
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/nbqa ruff notebooks
 	$(VENV)/bin/nbstripout --verify $(NBSTRIPOUT_ARGS) notebooks/*.ipynb || \
 	  { echo "notebooks stored with outputs: run nbstripout $(NBSTRIPOUT_ARGS) notebooks/*.ipynb" >&2; exit 1; }

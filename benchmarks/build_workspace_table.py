@@ -1,4 +1,4 @@
-"""Build ``nogradlab/data/gpu_workspaces.json`` from the operator probe of a GPU run.
+"""Build ``nogradlab/estimate/data/gpu_workspaces.json`` from the operator probe of a GPU run.
 
     python benchmarks/build_workspace_table.py results/h200-alloc-probe/probes.json.gz
 

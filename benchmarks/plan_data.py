@@ -1,4 +1,4 @@
-"""Refresh the measured parts of nogradlab/data/plan_h200.json, the reference a GPU plan is computed
+"""Refresh the measured parts of tools/plan_h200.json, the reference a GPU plan is computed
 from (nogradlab.plan): run by hand after changing a search, a check's GPU defaults or a notebook.
 
 1. ``search_trials``: the trials of every estimate search C04, C09 and C20 make on a GPU, run here on
@@ -31,10 +31,10 @@ import torch  # noqa: E402
 from nogradlab import allocator, claims, memory, workloads  # noqa: E402
 from nogradlab.claims import searches as capacity  # noqa: E402
 from nogradlab.claims import measure as N  # noqa: E402
-from nogradlab.outdir import write_text_atomic  # noqa: E402
+from nogradlab.run.outdir import write_text_atomic  # noqa: E402
 
 GiB = 2 ** 30
-DATA = ROOT / "nogradlab" / "data" / "plan_h200.json"
+DATA = ROOT / "tools" / "plan_h200.json"
 
 
 def search_trials() -> dict:

@@ -7,7 +7,7 @@ Prints, beside each budget, what this machine measured:
 3. with --make-run: `python -m nogradlab run --device cpu --scale tiny` into a temporary folder;
 4. with --fresh-clone: `make test` in a fresh clone of this checkout, install included;
 5. with --memory-limit 1e9: every notebook again, papermill and kernel in a memory cgroup of that
-   size (Linux, root; nogradlab.procmem.MemoryLimit): whether it fits a container's cap such as
+   size (Linux, root; tools.procmem.MemoryLimit): whether it fits a container's cap such as
    mybinder.org's 1 GB guarantee, and what fitting costs (seconds, file pages read back).
 
 Memory: a kernel's peak RSS includes what importing PyTorch costs, which depends on the build: the CUDA
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nogradlab.procmem import PeakRSS, import_floor  # noqa: E402
+from tools.procmem import PeakRSS, import_floor  # noqa: E402
 
 BUDGETS = {"notebook_s": 30.0, "papermill_total_s": 150.0, "claims_s": 45.0, "run_s": 180.0,
            "kernel_peak_rss_bytes": 1.0e9}
@@ -135,7 +135,7 @@ def run_boxed(stems, limit: float, cold: bool = True, timeout: float = 300.0) ->
     papermill (the client, as the Jupyter server would be on Binder) and its kernel both inside: does
     it fit, and at what cost (the seconds, the file pages read back)? A cold page cache before each
     notebook makes the libraries' pages count against the cap, as in a fresh container."""
-    from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable
+    from tools.procmem import MemoryLimit, MemoryLimitUnavailable
 
     try:
         MemoryLimit(limit)
@@ -147,7 +147,7 @@ def run_boxed(stems, limit: float, cold: bool = True, timeout: float = 300.0) ->
 
 
 def _run_boxed(paths, limit, cold, timeout, out_dir) -> dict:
-    from nogradlab.procmem import MemoryLimit, drop_page_cache
+    from tools.procmem import MemoryLimit, drop_page_cache
 
     print(f"\n== 1b. notebooks through papermill in a memory cgroup of {limit / 1e9:.2f} GB, papermill and the "
           f"kernel inside{', from a cold page cache' if cold else ''} (device=cpu, scale=tiny)")
@@ -239,7 +239,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
     if args.memory_limit is not None:  # a bad value is refused now, not after minutes of notebooks
-        from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable
+        from tools.procmem import MemoryLimit, MemoryLimitUnavailable
 
         try:
             MemoryLimit(args.memory_limit)

@@ -89,8 +89,9 @@ def _main(argv=None) -> int:
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
     if args.cmd == "estimate":
         return _estimate(args, command)
-    from . import device as _device
-    from . import outdir, report, runner, workloads
+    from nogradlab.core import device as _device
+    from nogradlab.run import outdir, report, runner
+    from nogradlab.core import workloads
 
     # bad input fails here, before any work, naming what is allowed
     try:
@@ -99,7 +100,7 @@ def _main(argv=None) -> int:
         ids = runner.parse_ids(args.ids) if args.cmd == "claims" else None
         if args.cmd == "claims":
             _device.check_seed(args.seed, "--seed")
-            from . import claims as _claims
+            from nogradlab import claims as _claims
 
             _claims.ledger_path()
         if args.cmd == "run":
@@ -168,7 +169,7 @@ def _main(argv=None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except Exception as e:
-        from . import claims as _claims
+        from nogradlab import claims as _claims
 
         if not isinstance(e, _claims.JudgeError):
             raise
@@ -178,7 +179,8 @@ def _main(argv=None) -> int:
 
 
 def _estimate(args, command: str) -> int:
-    from . import estimate_cmd, outdir
+    from nogradlab.estimate import cli as estimate_cmd
+    from nogradlab.run import outdir
 
     try:  # bad input fails here, before any work, naming what is allowed
         req = estimate_cmd.check(args.model, args.input, args.dtype, args.gpu, args.modes, args.allocator,

@@ -1,6 +1,6 @@
 """Dump the ipywidgets API nogradlab.widgets may rely on: for each widget class, its traits (the
 keyword arguments it accepts) and public methods, as JSON. tests/test_widgets_compat.py checks
-nogradlab/widgets.py against the dump of the oldest supported release (7.7.0):
+nogradlab/lab/widgets.py against the dump of the oldest supported release (7.7.0):
 
     pip install --no-deps --target /tmp/w77 ipywidgets==7.7.0 ipython_genutils
     PYTHONPATH=/tmp/w77 python scripts/ipywidgets_api.py > tests/data/ipywidgets_7.7.0_api.json

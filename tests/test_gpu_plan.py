@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nogradlab import claims, plan
+from nogradlab import claims
+from tools import plan
 from nogradlab.claims import measure as N
 
 

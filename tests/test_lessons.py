@@ -2,7 +2,7 @@
 
 Each notebook 01-09 opens with learning goals and prerequisites; teaches each of its claims as
 "The article says / See it (plain PyTorch) / Measure it (claims.check) / In your code"; and ends with
-a Summary, an "In your code" recipe, two or three exercises from the bank in nogradlab/exercises
+a Summary, an "In your code" recipe, two or three exercises from the bank in nogradlab/lab/exercises
 (answer cell, check cell, collapsed solution cell that the papermill tests run; at least one "code"
 and one "predict" exercise per notebook) and references to the PyTorch documentation. Plain-PyTorch
 code cells outnumber the cells that call nogradlab, and every lesson draws at least one concept
@@ -258,7 +258,7 @@ def test_every_lesson_has_code_and_predict_exercises_in_the_bank():
         kinds.setdefault(ex.id[:2], set()).add(ex.kind)
     missing = {stem: sorted({"code", "predict"} - kinds.get(stem[:2], set())) for stem in LESSONS}
     missing = {k: v for k, v in missing.items() if v}
-    assert not missing, f"exercise kinds missing in nogradlab/exercises: {missing}"
+    assert not missing, f"exercise kinds missing in nogradlab/lab/exercises: {missing}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 from nogradlab import claims, notebook
-from nogradlab.procmem import PeakRSS
+from tools.procmem import PeakRSS
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
@@ -37,7 +37,7 @@ STEMS = [p.stem for p in NOTEBOOKS]
 # torch 2.14.1+cu130, 05: peak 1.43 GB; 0.35 GB above the import floor, 0.43 GB before C20's training-step
 # row left the tiny run; the floor itself moves between 0.87 and 1.08 GB with the page cache). The part
 # above the floor is what the lessons themselves hold; the floor is the PyTorch build's (a CPU build's is
-# far lower: see nogradlab.procmem.import_floor), so the whole figure is guarded more loosely.
+# far lower: see tools.procmem.import_floor), so the whole figure is guarded more loosely.
 # The anonymous part (RssAnon, polled every 50 ms) does not move with the page cache: 0.35-0.63 GB in a
 # benchmark run and in a fresh clone's CI run alike (2026-12-01, torch 2.14.1+cu130; 05 the highest), whose
 # RSS read 1.02-1.05 GB and 1.29-1.39 GB. It is what a container's memory cap cannot take back, so its guard
@@ -364,7 +364,7 @@ def _papermill(stem: str, params: dict, out: Path):
 
 @pytest.fixture(scope="module")
 def import_floor():
-    from nogradlab.procmem import import_floor as floor
+    from tools.procmem import import_floor as floor
 
     return floor()
 

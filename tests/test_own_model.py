@@ -12,6 +12,7 @@ import torchvision
 from torch import nn
 
 from nogradlab import batch, memory, modes, ownmodel
+from nogradlab.estimate import fake
 
 import builtin_fingerprint
 
@@ -272,7 +273,7 @@ def test_estimate_command_refuses_bad_input_before_any_work(argv, words, capsys,
     if words is None:
         argv = argv + ["--gpu", "0GiB"]
         words = "positive"
-    monkeypatch.setattr(memory, "estimate", _never)
+    monkeypatch.setattr(fake, "estimate", _never)
     assert main(["estimate", *argv, "--no-progress"]) == 2
     assert words in capsys.readouterr().err
 

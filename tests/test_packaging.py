@@ -88,7 +88,9 @@ def test_the_wheel_carries_every_reference_column(wheel_site):
     for p in (ROOT / "results").glob("*/claims.json"):
         assert f"nogradlab/_results/{p.parent.name}/claims.json" in names, p
         assert (site / "nogradlab" / "_results" / p.parent.name / "claims.json").read_bytes() == p.read_bytes()
-    assert "nogradlab/schema/claims.schema.json" in names and "nogradlab/data/plan_h200.json" in names
+    assert "nogradlab/run/schema/claims.schema.json" in names and "nogradlab/estimate/data/gpu_workspaces.json" in names
+    # the project's own tooling (tools/: the GPU plan, the process-memory watcher) is not shipped to learners
+    assert not any(n.startswith("tools/") or "plan_h200" in n or n.endswith("procmem.py") for n in names)
 
 
 def test_an_installed_package_judges_gpu_speed_claims_by_the_reference_gpu_as_the_checkout_does(wheel_site):

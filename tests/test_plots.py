@@ -117,8 +117,8 @@ def test_for_claim_draws_from_a_result_and_from_its_dict():
     from nogradlab import claims
 
     r = claims.check("C14", device="cpu", scale="tiny")
-    fig = plots.for_claim(r)
+    fig = claims.figure(r)
     assert "model.eval()" in _texts(fig) and "scale tiny" in _texts(fig)
-    assert _texts(plots.for_claim(r.to_dict())) == _texts(fig)
+    assert _texts(claims.figure(r.to_dict())) == _texts(fig)
     with pytest.raises(ValueError, match="no picture for claim 'C06'; allowed: C04"):
-        plots.for_claim({"id": "C06", "evidence": {}})
+        claims.figure({"id": "C06", "evidence": {}})

@@ -1,4 +1,4 @@
-"""nogradlab.procmem: the peak-memory watcher and the memory cgroup that benchmarks/session.py
+"""tools.procmem: the peak-memory watcher and the memory cgroup that benchmarks/session.py
 --memory-limit runs notebooks in. The cgroup tests that need a real memory controller (Linux, root)
 skip without one; the others use a directory that stands in for one."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nogradlab.procmem import MemoryLimit, MemoryLimitUnavailable, PeakRSS
+from tools.procmem import MemoryLimit, MemoryLimitUnavailable, PeakRSS
 
 HOLD = ("import time; b = bytearray({n}); b[::4096] = b'x' * len(b[::4096]); print('held', flush=True); "
         "time.sleep({s})")

@@ -1,5 +1,5 @@
 """benchmarks/session.py --memory-limit: each notebook through papermill's command line in a memory
-cgroup (nogradlab.procmem.MemoryLimit). Starts a Jupyter kernel, hence the ``notebooks`` marker; the
+cgroup (tools.procmem.MemoryLimit). Starts a Jupyter kernel, hence the ``notebooks`` marker; the
 run in a real cgroup skips where the machine gives none (Linux, root)."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _session_benchmark():
 
 
 def test_the_benchmark_says_when_the_machine_gives_no_cgroup(monkeypatch, capsys):
-    import nogradlab.procmem as procmem
+    import tools.procmem as procmem
 
     def unavailable(*a, **k):
         raise procmem.MemoryLimitUnavailable("no writable memory cgroup: (stand-in)")

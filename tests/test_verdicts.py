@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nogradlab import claims, report, timing
+from nogradlab.claims import runcache
 from nogradlab.claims import measure as N
 from nogradlab.claims import rules
 
@@ -24,9 +25,9 @@ def shared_run():
     """C03, X05, C17 and C20 of one run, the mlp only: they all ask for (mlp, tiny, batch 8, cpu)."""
     claims.new_run()
     out = {"C03": claims.check("C03", device="cpu", scale="tiny", workloads=["mlp"], **FAST)}
-    misses = timing.RUN.misses
+    misses = runcache.RUN.misses
     out["X05"] = claims.check("X05", device="cpu", scale="tiny", workloads=["mlp"], **FAST)
-    out["misses_after_x05"] = timing.RUN.misses - misses
+    out["misses_after_x05"] = runcache.RUN.misses - misses
     out["C17"] = claims.check("C17", device="cpu", scale="tiny", workload="mlp", n_batches=2, **FAST)
     out["C20"] = claims.check("C20", device="cpu", scale="tiny", workloads=["mlp"], batch_factor=False, **FAST)
     return out
@@ -57,12 +58,12 @@ def test_c17_and_c20_read_the_same_condition(shared_run):
 
 def test_a_new_run_measures_again():
     calls = []
-    timing.shared(("test-key",), lambda: calls.append(1) or 1)
-    timing.shared(("test-key",), lambda: calls.append(1) or 1)
+    runcache.shared(("test-key",), lambda: calls.append(1) or 1)
+    runcache.shared(("test-key",), lambda: calls.append(1) or 1)
     assert calls == [1]
     claims.new_run()
-    assert ("test-key",) not in timing.RUN
-    timing.shared(("test-key",), lambda: calls.append(1) or 1)
+    assert ("test-key",) not in runcache.RUN
+    runcache.shared(("test-key",), lambda: calls.append(1) or 1)
     assert calls == [1, 1]
 
 
@@ -201,23 +202,21 @@ def test_real_search_knob_is_checked_before_work():
 def test_notebooks_of_one_run_share_timings_through_the_ledger_folder(tmp_path, monkeypatch):
     """`python -m nogradlab run` gives every notebook kernel the same NOGRADLAB_LEDGER: a value
     measured in one kernel is read back, not measured again, in the next."""
-    from nogradlab import pipeline
-
     monkeypatch.setenv("NOGRADLAB_LEDGER", str(tmp_path / "ledger.jsonl"))
-    monkeypatch.setattr(timing, "RUN", timing.RunCache())
+    monkeypatch.setattr(runcache, "RUN", runcache.RunCache())
     calls = []
     key = ("forward-test", "mlp", 8)
-    pipeline.attach_run_cache()  # what claims.check does in each kernel
-    first = timing.RUN.get(key, lambda: calls.append(1) or {"median": 0.25})
-    monkeypatch.setattr(timing, "RUN", timing.RunCache())  # another kernel
-    pipeline.attach_run_cache()
-    second = timing.RUN.get(key, lambda: calls.append(1) or {"median": 9.0})
+    runcache.attach_run_cache()  # what claims.check does in each kernel
+    first = runcache.RUN.get(key, lambda: calls.append(1) or {"median": 0.25})
+    monkeypatch.setattr(runcache, "RUN", runcache.RunCache())  # another kernel
+    runcache.attach_run_cache()
+    second = runcache.RUN.get(key, lambda: calls.append(1) or {"median": 9.0})
     assert first == second == {"median": 0.25} and calls == [1]
     assert len(list((tmp_path / "ledger.jsonl.timings").iterdir())) == 1
     monkeypatch.delenv("NOGRADLAB_LEDGER")
-    monkeypatch.setattr(timing, "RUN", timing.RunCache())
-    pipeline.attach_run_cache()
-    assert timing.RUN.get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
+    monkeypatch.setattr(runcache, "RUN", runcache.RunCache())
+    runcache.attach_run_cache()
+    assert runcache.RUN.get(key, lambda: {"median": 9.0}) == {"median": 9.0}  # no run: no sharing
 
 
 def test_gpu_conditions_are_set_up_as_a_practitioner_would():

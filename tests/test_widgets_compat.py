@@ -2,7 +2,7 @@
 Colab among them, ship 7.x, and forcing 8 means an upgrade and a kernel restart).
 
 Two checks:
-* always: every widget class, keyword argument and method nogradlab/widgets.py uses exists in
+* always: every widget class, keyword argument and method nogradlab/lab/widgets.py uses exists in
   ipywidgets 7.7.0, from tests/data/ipywidgets_7.7.0_api.json (dumped from the real 7.7.0 release
   by scripts/ipywidgets_api.py);
 * where an ipywidgets 7.x install is at hand (``NOGRADLAB_IPYWIDGETS7=<dir>``, a folder made with
@@ -26,8 +26,8 @@ API = json.loads((ROOT / "tests" / "data" / "ipywidgets_7.7.0_api.json").read_te
 
 def _uses():
     """(class, keyword) pairs of ``W.Class(kw=...)`` calls and the method names called on
-    anything, in nogradlab/widgets.py."""
-    tree = ast.parse((ROOT / "nogradlab" / "widgets.py").read_text())
+    anything, in nogradlab/lab/widgets.py."""
+    tree = ast.parse((ROOT / "nogradlab" / "lab" / "widgets.py").read_text())
     calls, methods = [], set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):

@@ -31,7 +31,7 @@ figure's kind shown against it, never deciding) and ``needs re-measuring`` (a st
 what today's rule reads, or holds something that is no measurement: :func:`not_a_measurement`).
 How conditions make a verdict, and the policy for unsourced statistics: ``nogradlab/claims/README.md``. The band readings are
 :mod:`nogradlab.claims.rules`. Timings are measured once per run and condition and shared between
-checks (:data:`nogradlab.timing.RUN`; :func:`new_run` forgets them).
+checks (:data:`nogradlab.claims.runcache.RUN`; :func:`new_run` forgets them).
 """
 from __future__ import annotations
 
@@ -45,13 +45,14 @@ from pathlib import Path
 
 import torch
 
-from .. import batch as _batch
-from .. import device as _device
-from .. import memory as _memory
-from .. import pipeline as _pipeline
-from .. import workloads as _workloads
-from .evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
-from .rules import Band, Rule
+from nogradlab.core import device as _device
+from nogradlab.core import memory as _memory
+from nogradlab.core import pipeline as _pipeline
+from nogradlab.core import workloads as _workloads
+from nogradlab.claims.evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
+from nogradlab.claims.rules import Band, Rule
+from nogradlab.claims import runcache as _runcache
+from nogradlab.core.session import frozen_gc
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
            "NeedsRemeasuring", "JudgeError", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
@@ -113,10 +114,9 @@ class Claim:
     """One claim, declared once (:func:`declare`) in its notebook's check module.
 
     ``paraphrase`` is our words, never the article's; ``figure`` the article's figure as it gives it
-    (None when it gives none); ``rule`` the verdict rule; ``basis`` one of :data:`BASES`; ``plot``
-    the name of its figure in :mod:`nogradlab.plots` (None: no figure); ``key_chart`` a (title,
-    caption) pair when the report shows that figure among its key charts. ``measure`` and ``judge``
-    are registered with the :meth:`measures` and :meth:`judges` decorators."""
+    (None when it gives none); ``rule`` the verdict rule; ``basis`` one of :data:`BASES`; ``key_chart`` a (title,
+    caption) pair when the report shows that figure among its key charts. ``measure``, ``judge`` and
+    ``draw`` are registered with the :meth:`measures`, :meth:`judges` and :meth:`draws` decorators."""
 
     id: str
     section: str
@@ -126,10 +126,10 @@ class Claim:
     notebook: str = ""
     rule: "Rule | None" = None
     basis: str = "here"
-    plot: "str | None" = None
     key_chart: "tuple | None" = None
     measure: object = field(default=None, repr=False, compare=False)
     judge: object = field(default=None, repr=False, compare=False)
+    draw: object = field(default=None, repr=False, compare=False)
 
     def measures(self, fn):
         """Decorator: ``fn(ctx: Context) -> dict`` measures this claim."""
@@ -146,14 +146,21 @@ class Claim:
         self.judge = fn
         return fn
 
+    def draws(self, fn):
+        """Decorator: ``fn(evidence: dict, device: str, scale) -> Figure`` draws this claim's
+        measurements with :mod:`nogradlab.plots` (from a result or from its stored dict: :func:`figure`)."""
+        if self.draw is not None:
+            raise RuntimeError(f"claim {self.id} has two figures")
+        self.draw = fn
+        return fn
+
 
 _CLAIMS: dict = {}
 _LOADED = False
 
 
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
-            figure: "str | None" = None, basis: str = "here", plot: "str | None" = None,
-            key_chart: "tuple | None" = None) -> Claim:
+            figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None) -> Claim:
     """Declare a claim (once, in its notebook's check module) and return it."""
     if id in _CLAIMS:
         raise RuntimeError(f"claim {id} is declared twice")
@@ -163,7 +170,7 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
         raise ValueError(f"claim {id}: basis {basis!r}; allowed: {', '.join(BASES)}")
     if not isinstance(rule, Rule):
         raise TypeError(f"claim {id}: rule must be a nogradlab.claims.rules.Rule")
-    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, plot, key_chart)
+    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart)
     _CLAIMS[id] = c
     return c
 
@@ -233,6 +240,28 @@ def get(claim_id: str) -> Claim:
 
 def all_claims() -> list:
     return _in_order()
+
+
+def claim_figures() -> tuple:
+    """The ids of the claims that have a figure (registered with ``@C.draws``)."""
+    return tuple(c.id for c in all_claims() if c.draw is not None)
+
+
+def figure(result):
+    """The picture of a claim's measurements: ``claims.figure(claims.check("C20"))``, or the same from
+    the result's ``to_dict()`` (as stored in claims.json). Claims with a picture: :func:`claim_figures`."""
+    d = result if isinstance(result, dict) else result.to_dict()
+    c = get(d["id"])
+    if c.draw is None:
+        raise ValueError(f"no picture for claim {c.id!r}; allowed: {', '.join(claim_figures())}")
+    info = d.get("device") or {}
+    ev = d.get("measurements") if d.get("measurements") is not None else d.get("evidence", {})
+    return c.draw(ev, _device.label(info) if info else "unknown device", d.get("scale"))
+
+
+def searched_where(method: str, device: str) -> str:
+    """A largest-batch figure's device line: a real out-of-memory search here, or the exact estimates."""
+    return f"{device}, real OOM search" if method == "search" else "virtual CUDA device (exact estimates)"
 
 
 @dataclass
@@ -645,7 +674,7 @@ def _fmt_value(key: str, v) -> str:
 
 
 def _time_text(seconds: float) -> str:
-    from ..timing import format_seconds
+    from nogradlab.core.timing import format_seconds
 
     return format_seconds(seconds).replace(" us", " \u00b5s")
 
@@ -921,7 +950,7 @@ def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conf
     conditions: when treating them as agreeing or as disagreeing gives the same word, or when the others
     already disagree, which the aggregate rule reads "does not hold" whatever unresolved ones beside them
     say); otherwise None (needs re-measuring)."""
-    from .rules import verdict_of
+    from nogradlab.claims.rules import verdict_of
 
     if j is None or m is None or j.verdict in ("needs re-measuring", "not testable"):
         return None, ""
@@ -1077,7 +1106,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     _pipeline.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, before the check runs
     if claim.measure is None:
         raise NotImplementedError(f"claim {claim_id} has no check registered")
-    _pipeline.attach_run_cache()
+    _runcache.attach_run_cache()
     torch.manual_seed(seed)
     random.seed(seed)
     grad = torch.is_grad_enabled()
@@ -1085,7 +1114,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     # What is alive before the check is frozen (batch.frozen_gc) for it: the release's full collection
     # then walks only what the check made (0.25 s a claim otherwise, with torch's objects and the
     # estimates' caches alive: a sixth of a tiny CPU `claims` run).
-    with _batch.frozen_gc():
+    with frozen_gc():
         try:
             values = claim.measure(Context(dev, scale, seed, dict(params)))
         finally:
@@ -1159,10 +1188,8 @@ def rule(claim_id: str) -> str:
 
 
 def new_run() -> None:
-    """Start a new run: forget the timings shared between checks (:data:`nogradlab.timing.RUN`)."""
-    from .. import timing
-
-    timing.clear_cache()
+    """Start a new run: forget the timings shared between checks (:data:`nogradlab.claims.runcache.RUN`)."""
+    _runcache.clear_cache()
 
 
 def check_all(claim_ids=None, device="auto", scale="auto", seed: int = 0, progress: bool = False) -> list:

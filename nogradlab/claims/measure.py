@@ -6,7 +6,7 @@ several of them read is measured here, once:
 * **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
   once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
   one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
-  recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.timing.RUN`). A claim that
+  recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.claims.runcache.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds in a random order, a signed-rank CI
@@ -15,7 +15,7 @@ several of them read is measured here, once:
   *throughput* gain, ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
 * **Memory.** "Saved" is ``1 - peak(case) / peak(baseline)`` of *total* peaks: weights, buffers
   and inputs (what the device holds anyway) plus everything the step allocates. Real tiny runs use
-  :func:`nogradlab.memory.measure`; article-sized models use :func:`nogradlab.memory.estimate`
+  :func:`nogradlab.memory.measure`; article-sized models use :func:`nogradlab.estimate.fake.estimate`
   on fake tensors on a virtual CUDA device, with the kernels the CUDA dispatcher would pick
   (:mod:`nogradlab.cudamodel`: fused scaled-dot-product attention, the transformer's fused fast
   path, cuBLAS workspaces); each estimate's own notes say what it modelled.
@@ -45,11 +45,12 @@ import re
 import torch
 
 
-from .. import batch as _batch
-from .. import memory, modes, timing, workloads
-from . import claim_check
+from nogradlab.core import memory, modes, timing, workloads
+from nogradlab.claims import claim_check
 
-from .rules import MIN_BOOTSTRAP_ROUNDS, RULES
+from nogradlab.claims.rules import MIN_BOOTSTRAP_ROUNDS, RULES
+from nogradlab.claims import runcache as _runcache
+from nogradlab.estimate.sweep import accounting, with_seq_len, estimate_row, estimate_sweep, measure_forward, memory_saved, param_bytes, _torch_threads, _estimate_cached  # noqa: F401 (the checks import them from here)
 
 __all__ = ["accounting", "with_seq_len", "estimate_row", "estimate_sweep", "measure_forward",
            "memory_saved", "param_bytes", "GiB", "ARTICLE_TABLE"]
@@ -297,109 +298,6 @@ def _check(claim_id: str):
 # memory helpers (public: the notebooks sweep with them too)
 
 
-@contextlib.contextmanager
-def accounting():
-    """Memory probes that see every allocation, quickly: ``nn.TransformerEncoder``'s fused fast
-    path is switched off (it hides a layer's temporaries inside one operator) and the garbage
-    collector's old objects are frozen (:func:`nogradlab.batch.frozen_gc`). Both restored on exit."""
-    with memory.fused_paths_off(), _batch.frozen_gc():
-        yield
-
-
-def with_seq_len(wl: workloads.Workload, seq_len: int) -> workloads.Workload:
-    """The transformer workload ``wl`` at another sequence length (same layers and widths)."""
-    if wl.name != "transformer_base":
-        raise ValueError(f"only transformer_base has a sequence length, not {wl.name!r}")
-    seq_len = workloads.check_batch(seq_len)
-    return dataclasses.replace(wl, params={**wl.params, "seq_len": seq_len},
-                               input_shape=(seq_len, wl.params["d_model"]))
-
-
-@functools.lru_cache(maxsize=2048)
-def _estimate_cached(name, scale, batch, setting, device, seq_len):
-    wl = workloads.get(name, scale)
-    if seq_len is not None:
-        wl = with_seq_len(wl, seq_len)
-    # CUDA estimates model the fused fast path's kernel (cudamodel); elsewhere it would hide temporaries
-    with (accounting() if str(device) != "cuda" else _batch.frozen_gc()):
-        if setting == "train":
-            r = memory.estimate(wl, batch, device, step="train", scale=scale)
-        else:
-            r = memory.estimate(wl, batch, device, mode=setting, scale=scale)
-    return (r.peak_bytes, r.total_peak_bytes, r.saved_bytes, r.baseline_bytes, tuple(r.notes))
-
-
-def estimate_row(workload: str, batch: int, setting: str, *, device="cuda", scale="full",
-                 seq_len: "int | None" = None) -> dict:
-    """One :func:`nogradlab.memory.estimate` as a dict (``setting``: ``"train"`` for a training
-    step, else a forward setting such as ``"eval+no_grad"``); off CUDA under :func:`accounting` (CUDA estimates model the fused paths).
-    Estimates are deterministic, so they are cached for the process."""
-    if setting != "train":
-        modes.parse(setting)
-    workloads.get(workload, scale)
-    peak, total, saved, base, notes = _estimate_cached(workload, scale, int(batch), setting,
-                                                       str(device), seq_len)
-    return {"workload": workload, "scale": scale, "batch": int(batch), "setting": setting,
-            "seq_len": seq_len, "device": str(device), "method": "estimate", "peak_bytes": peak,
-            "total_peak_bytes": total, "saved_bytes": saved, "resident_bytes": base,
-            "notes": list(notes)}
-
-
-def estimate_sweep(workload: str, batches, settings=("eval+grad", "eval+no_grad"), *,
-                   device="cuda", scale="full", seq_lens=(None,)) -> list:
-    """:func:`estimate_row` for every batch x sequence length x setting (all arguments checked
-    first). Returns the rows, ``memory_saved`` can pair them."""
-    batches = [workloads.check_batch(b) for b in batches]
-    for s in settings:
-        if s != "train":
-            modes.parse(s)
-    workloads.get(workload, scale)
-    return [estimate_row(workload, b, s, device=device, scale=scale, seq_len=L)
-            for L in seq_lens for b in batches for s in settings]
-
-
-@contextlib.contextmanager
-def _torch_threads(n: "int | None"):
-    """torch's CPU thread count set to ``n`` for the block (None: unchanged); restored on exit."""
-    before = torch.get_num_threads()
-    if n is not None and n != before:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
-def measure_forward(model, x, setting: str, device, num_threads: "int | None" = None) -> dict:
-    """Real :func:`nogradlab.memory.measure` of ``model(x)`` under ``setting``, as a dict with the
-    total peak (what was resident at entry, weights and input, plus the call's own peak).
-    ``num_threads``: torch CPU threads for the call (bytes do not depend on it; time does)."""
-    def fn():
-        with modes.setting(setting, model=model, device=device):
-            return model(x)
-
-    dev = torch.device(device)
-    with accounting(), _torch_threads(num_threads):
-        rep = memory.measure(fn, dev)
-    resident = memory.resident_bytes(model, [x], dev)
-    return {"batch": int(x.shape[0]), "setting": setting, "method": rep.method,
-            "device": str(dev), "peak_bytes": rep.peak_bytes, "resident_bytes": resident,
-            "total_peak_bytes": resident + rep.peak_bytes, "saved_bytes": rep.saved_bytes}
-
-
-def memory_saved(baseline_total: int, case_total: int) -> float:
-    """``1 - case / baseline``: the fraction of the baseline's peak that the case does not need."""
-    return 1.0 - case_total / baseline_total
-
-
-@functools.lru_cache(maxsize=32)
-def param_bytes(workload: str, scale: str = "full") -> int:
-    """Bytes of the workload's parameters (built on the meta device: nothing allocated)."""
-    model = workloads.get(workload, scale).build("meta")
-    return sum(p.numel() * p.element_size() for p in model.parameters())
-
-
 # --------------------------------------------------------------------------------------------
 # one timing per condition
 
@@ -565,13 +463,13 @@ def _condition_edges(name: str) -> list:
 
 def forward_condition(ctx, name: str, batch: int) -> Condition:
     """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
-    measured once per run (:data:`nogradlab.timing.RUN`) with one protocol (warm-up, CUDA sync,
+    measured once per run (:data:`nogradlab.claims.runcache.RUN`) with one protocol (warm-up, CUDA sync,
     interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
     recorded) and reused by every check asking for it (C03, C17, C20, C23, X01, X05)."""
     knobs = _knobs(ctx)
     key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
            tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
-    return timing.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
+    return _runcache.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
 
 
 def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
@@ -629,7 +527,7 @@ def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
             return timing.measure(fn, ctx.device, min_run_time=k["min_run_time"], num_threads=k["num_threads"],
                                   label="enter+exit no_grad" + (" inside no_grad" if nested else ""))
 
-    return timing.shared(key, make)
+    return _runcache.shared(key, make)
 
 
 # --------------------------------------------------------------------------------------------

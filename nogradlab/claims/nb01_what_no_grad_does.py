@@ -9,19 +9,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import batch as _batch
-from .. import memory
-from .. import modes
-from .. import workloads
-from . import Judgement, NeedsRemeasuring, declare, number
-from .measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
-from .probes import _in_new_thread, _tracking, _workload
-from .rules import (
-    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions,
-    readings_text, verdict_of)
-from .searches import (
-    GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row,
-    _searches, default_budgets, shared_largest_batch)
+from nogradlab.estimate import batch as _batch
+from nogradlab.core import memory
+from nogradlab.core import modes
+from nogradlab.core import workloads
+from nogradlab import claims
+from nogradlab.lab import plots
+from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
+from nogradlab.claims.measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
+from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
+from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
+from nogradlab.claims.searches import GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch
 
 NOTEBOOK = "01_what_no_grad_does"
 
@@ -329,7 +327,6 @@ def _larger(a: int, a_capped: bool, b: int, b_capped: bool) -> "bool | None":
 
 C04 = declare(
     "C04", section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
-    plot="largest_batch_by_budget",
     paraphrase='no_grad lets larger batches fit in memory',
     figure=None,
     rule=Rule("Per workload and GPU-sized budget (12 GiB, and 16 GiB in a full run), the largest eval+no_grad "
@@ -466,3 +463,14 @@ def judge_c04(m, rule):
     scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
              if real else None)
     return Judgement(verdict, summary, reading, rows, scope)
+
+
+# --------------------------------------------------------------------------------------------
+# figures: each claim's measurements drawn with nogradlab.plots
+
+
+@C04.draws
+def _figure_c04(ev, device, scale):
+    gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # GPU-sized budgets, full-size models
+    return plots.largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
+                               device=claims.searched_where(gpu[0]["method"], device), scale="full")

@@ -11,15 +11,17 @@ import warnings
 import torch
 import torch.nn as nn
 
-from .. import batch as _batch
-from .. import memory
-from .. import modes
-from .. import workloads
-from . import Judgement, NeedsRemeasuring, declare, number
-from .measure import _batches, _check, estimate_row, param_bytes
-from .probes import _max_abs_diff, _tracking, _workload
-from .rules import Band, Rule, proxy_text, verdict_of
-from .searches import (GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches)
+from nogradlab.estimate import batch as _batch
+from nogradlab.core import memory
+from nogradlab.core import modes
+from nogradlab.core import workloads
+from nogradlab import claims
+from nogradlab.lab import plots
+from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
+from nogradlab.claims.measure import _batches, _check, estimate_row, param_bytes
+from nogradlab.claims.probes import _max_abs_diff, _tracking, _workload
+from nogradlab.claims.rules import Band, Rule, proxy_text, verdict_of
+from nogradlab.claims.searches import GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches
 
 NOTEBOOK = "02_inside_the_engine"
 
@@ -283,7 +285,6 @@ C09_FIGURE = 2.5
 
 C09 = declare(
     "C09", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
-    plot="largest_batch_12gib",
     key_chart=("C09: largest batch under the article's 12 GiB",
                "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
     paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
@@ -401,3 +402,12 @@ def _slope(r: _batch.BatchResult) -> "float | None":
     (b0, n0), (b1, n1) = fit[-2], fit[-1]
     return (n1 - n0) / (b1 - b0)
 
+
+# --------------------------------------------------------------------------------------------
+# figures: each claim's measurements drawn with nogradlab.plots
+
+
+@C09.draws
+def _figure_c09(ev, device, scale):
+    return plots.largest_batch({f"{ev['workload']}, {ev['budget_bytes'] / 2 ** 30:g} GiB": ev["batches"]},
+                               device=claims.searched_where(ev["method"], device), scale="full")

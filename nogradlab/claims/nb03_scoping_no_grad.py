@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from .. import memory
-from .. import timing
-from .. import workloads
-from . import Judgement, declare, number
-from .measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
-from .probes import _workload
-from .rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, read_conditions
-from .searches import _quick
+from nogradlab.core import memory
+from nogradlab.core import timing
+from nogradlab.core import workloads
+from nogradlab.claims import Judgement, declare, number
+from nogradlab.claims.measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
+from nogradlab.claims.probes import _workload
+from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, read_conditions
+from nogradlab.claims.searches import _quick
 
 NOTEBOOK = "03_scoping_no_grad"
 
@@ -33,7 +33,7 @@ def c12(ctx):
     """Redundant nesting is legal and gives the same result; entering and leaving the context costs
     microseconds (nogradlab.timing.measure) against one tiny forward."""
     wl, model, x = _workload(ctx)
-    from .measure import _knobs, enter_exit
+    from nogradlab.claims.measure import _knobs, enter_exit
 
     with torch.no_grad():
         flat = model(x)

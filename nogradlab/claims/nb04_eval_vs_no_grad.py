@@ -11,16 +11,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .. import memory
-from .. import modes
-from .. import workloads
-from . import Judgement, declare, format_saved, number
-from .measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
-from .probes import _OpRecorder, _max_abs_diff, _tracking
-from .rules import (
-    Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, proxy_text, read_conditions,
-    readings_text)
-from .searches import _quick
+from nogradlab.core import memory
+from nogradlab.core import modes
+from nogradlab.core import workloads
+from nogradlab.lab import plots
+from nogradlab.claims import Judgement, declare, format_saved, number
+from nogradlab.claims.measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
+from nogradlab.claims.probes import _OpRecorder, _max_abs_diff, _tracking
+from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, proxy_text, read_conditions, readings_text
+from nogradlab.claims.searches import _quick
 
 _ABOUT = "'about X %' is read as X +- 5 percentage points"
 
@@ -35,7 +34,6 @@ def _bn_dropout_net(device) -> nn.Module:
 
 C14 = declare(
     "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
-    plot="eval_no_grad_grid",
     key_chart=("C14: eval() and no_grad are independent",
                "eval changes the outputs; no_grad changes only what is tracked and saved."),
     paraphrase='model.eval() and no_grad are independent of each other',
@@ -349,3 +347,16 @@ def judge_c17(m, rule):
     reading = (f"Time saved per loop step: {format_saved(m['time_saved'], lo, hi)} against the article's about "
                "35 %; " + ("same predictions." if same else "predictions differ."))
     return Judgement(verdict, summary, reading, rows)
+
+
+# --------------------------------------------------------------------------------------------
+# figures: each claim's measurements drawn with nogradlab.plots
+
+
+@C14.draws
+def _figure_c14(ev, device, scale):
+    cells = {(g["model_mode"], g["grad_mode"]): {"output differs from eval+grad by": g["max_abs_diff_vs_eval_grad"],
+                                                 "requires_grad": g["requires_grad"], "saved_bytes": g["saved_bytes"],
+                                                 "BN stats updated": g["bn_running_stats_updated"]}
+             for g in ev["grid"]}
+    return plots.eval_grid(cells, device=device, scale=scale)

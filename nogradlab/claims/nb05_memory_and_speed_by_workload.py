@@ -11,18 +11,15 @@ import math
 
 import torch
 
-from .. import batch as _batch
-from .. import timing
-from .. import workloads
-from . import Judgement, NeedsRemeasuring, declare, estimate_validation
-from .measure import (
-    ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct,
-    _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep,
-    forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len)
-from .rules import (
-    AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions,
-    readings_text, verdict_of)
-from .searches import _quick, shared_largest_batch
+from nogradlab.core import timing
+from nogradlab.core import workloads
+from nogradlab.lab import plots
+from nogradlab.claims import Judgement, NeedsRemeasuring, declare, estimate_validation
+from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
+from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
+from nogradlab.claims.searches import _quick, shared_largest_batch
+from nogradlab.claims import runcache as _runcache
+from nogradlab.core.session import frozen_gc
 
 NOTEBOOK = "05_memory_and_speed_by_workload"
 
@@ -51,7 +48,7 @@ _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the wei
 
 
 C18 = declare(
-    "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate", plot="peak_vs_batch",
+    "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     key_chart=("C18: peak memory against batch size",
                "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
     paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
@@ -231,7 +228,7 @@ def _seq_scope(m, decide: dict) -> "dict | None":
     """C19/C21's scope when a GPU's real full-size series decides beside the estimates (else the basis's)."""
     if not any(_is_measured(k) for k in decide):
         return None
-    from . import estimate_validation
+    from nogradlab.claims import estimate_validation
 
     return {"basis": "measured", "text": f"measured here: {m.label}, beside full-size estimates by "
                                          f"{estimate_validation(m.protocol)[0]}"}
@@ -244,7 +241,6 @@ def _grows(rows) -> bool:
 
 C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
-    plot="saving_vs_length",
     paraphrase='for transformers the saving per token is smaller but grows with sequence length',
     figure=None,
     rule=Rule("The memory saved by no_grad (grad vs no_grad forward, totals) is read per series of full-size "
@@ -339,7 +335,6 @@ def judge_c19(m, rule):
 
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
-    plot="saving_vs_length",
     key_chart=("C19/C21: memory saved against sequence length",
                "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
     paraphrase='at long sequences the memory saving can exceed 40 %',
@@ -409,7 +404,7 @@ def _train_step_timing(ctx, name, batch) -> "timing.Timing":
         del model, x, y
         return t
 
-    return timing.shared(key, make)
+    return _runcache.shared(key, make)
 
 
 def _signed_ci(v, lo, hi) -> str:
@@ -422,7 +417,7 @@ def _fmt_band(band, kind) -> str:
 
 
 C20 = declare(
-    "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed", plot="article_table",
+    "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed",
     key_chart=("C20: the article's table, measured",
                "Grey: the article's band (16 GB GPU); blue: training step vs eval + no_grad forward."),
     paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
@@ -483,7 +478,7 @@ def c20(ctx):
 
         factor, batches = None, {}
         if do_batch:
-            with _batch.frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
+            with frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
                 for mode in ("train", "eval+no_grad"):
                     # the search C04 makes for the same workload under 16 GiB (shared in one run)
                     r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
@@ -649,3 +644,37 @@ def judge_c20(m, rule, ref=None):
     if m.get("provisional") and m.on_gpu:
         summary += " " + m["provisional"]
     return Judgement(verdict, summary, f"{n_ok} of {len(cells)} cells of the article's table are reproduced.", cells)
+
+
+# --------------------------------------------------------------------------------------------
+# figures: each claim's measurements drawn with nogradlab.plots
+
+
+@C18.draws
+def _figure_c18(ev, device, scale):
+    rows = [{"workload": r["workload"], "mode": mode, "batch": r["batch"], "total_bytes": r[f"{mode}_total_bytes"]}
+            for r in ev["measured"] for mode in ("grad", "no_grad")]
+    return plots.memory_vs_batch(rows, device=device, scale=scale, title="Peak memory of one forward pass, "
+                           "weights and input included (measured)")
+
+
+@C21.draws
+@C19.draws
+def _figure_c21(ev, device, scale):
+    return plots.saving_vs_length(ev["series"], device=device, scale=scale, threshold=0.40,
+                            threshold_label="the article's mark (40 %)")
+
+
+@C20.draws
+def _figure_c20(ev, device, scale):
+    rows = []
+    for r in ev["rows"]:
+        ci = r.get("speed_gain_ci") or (None, None)
+        rows += [dict(workload=r["workload"], quantity="memory saved (%)", measured=100 * r["memory_saved"],
+                      low=100 * r["memory_band"][0], high=100 * r["memory_band"][1]),
+                 dict(workload=r["workload"], quantity="speed gained (%)", measured=100 * r["speed_gain"],
+                      ci_low=None if ci[0] is None else 100 * ci[0], ci_high=None if ci[1] is None else 100 * ci[1],
+                      low=100 * r["speed_band"][0], high=100 * r["speed_band"][1]),
+                 dict(workload=r["workload"], quantity="batch factor (x)", measured=r["batch_factor"],
+                      low=r["batch_band"][0], high=r["batch_band"][1])]
+    return plots.article_table(rows, device=device, scale=scale)

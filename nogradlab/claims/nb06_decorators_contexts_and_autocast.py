@@ -11,12 +11,12 @@ import warnings
 import torch
 import torch.nn as nn
 
-from .. import modes
+from nogradlab.core import modes
 
-from . import Judgement, declare
-from .measure import _build, _check, _forward_fn, _train_fn
-from .probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
-from .rules import Band, Rule, TIE, proxy_text
+from nogradlab.claims import Judgement, declare
+from nogradlab.claims.measure import _build, _check, _forward_fn, _train_fn
+from nogradlab.claims.probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
+from nogradlab.claims.rules import Band, Rule, TIE, proxy_text
 
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 
@@ -335,9 +335,9 @@ def c23(ctx):
     do appear; and the forward time saved, read from the shared forward condition
     (:func:`~nogradlab.claims.measure.forward_condition`, the timing C03 reads: not timed twice).
     Knobs: ``repeats`` (calls per profile)."""
-    from .. import memory
-    from .. import workloads
-    from .measure import _speed_batches, forward_condition
+    from nogradlab.core import memory
+    from nogradlab.core import workloads
+    from nogradlab.claims.measure import _speed_batches, forward_condition
 
     reps = int(ctx.params.get("repeats", 3))
     if reps < 1:

@@ -9,13 +9,13 @@ import concurrent.futures
 
 import torch
 
-from .. import memory
-from .. import serving
-from .. import workloads
-from . import Judgement, declare
-from .probes import _in_new_thread, _tracking, _workload
-from .rules import Rule
-from .searches import _quick
+from nogradlab.core import memory
+from nogradlab.lab import serving
+from nogradlab.core import workloads
+from nogradlab.claims import Judgement, declare
+from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
+from nogradlab.claims.rules import Rule
+from nogradlab.claims.searches import _quick
 
 NOTEBOOK = "07_production_serving"
 

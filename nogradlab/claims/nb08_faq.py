@@ -9,11 +9,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .. import memory
-from .. import modes
-from . import Judgement, declare, number
-from .probes import _error_text, _max_abs_diff, _tracking, _workload
-from .rules import Rule
+from nogradlab.core import memory
+from nogradlab.core import modes
+from nogradlab.claims import Judgement, declare, number
+from nogradlab.claims.probes import _error_text, _max_abs_diff, _tracking, _workload
+from nogradlab.claims.rules import Rule
+from nogradlab.estimate import fake
 
 NOTEBOOK = "08_faq"
 
@@ -124,7 +125,7 @@ def c29(ctx):
                       "optimizer_state_unchanged": _all_equal(opt_state(), state_before),
                       "parameters_unchanged": _all_equal(model.parameters(), params_before),
                       "saved_for_backward_bytes": rep.saved_bytes, "peak_bytes": rep.peak_bytes}
-    est = {m: memory.estimate(wl, x.shape[0], ctx.device.type, mode=m, scale=ctx.scale).saved_bytes
+    est = {m: fake.estimate(wl, x.shape[0], ctx.device.type, mode=m, scale=ctx.scale).saved_bytes
            for m in ("grad", "no_grad")}
     return {"workload": wl.name, "batch": x.shape[0], "optimizer": "SGD(momentum=0.9)", "modes": rows,
             "estimate_saved_bytes": est}

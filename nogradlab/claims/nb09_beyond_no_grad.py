@@ -8,14 +8,13 @@ from __future__ import annotations
 import torch
 
 
-from .. import timing
-from .. import workloads
-from . import Judgement, declare
-from .measure import (
-    _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note,
-    _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition)
-from .probes import _error_text
-from .rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
+from nogradlab.core import timing
+from nogradlab.core import workloads
+from nogradlab.claims import Judgement, declare
+from nogradlab.claims.measure import _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
+from nogradlab.claims.probes import _error_text
+from nogradlab.claims.rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
+from nogradlab.claims import runcache as _runcache
 
 NOTEBOOK = "09_beyond_no_grad"
 
@@ -140,7 +139,7 @@ def _compiled_timing(ctx, name, batch) -> tuple:
         finally:
             del model, x
 
-    return timing.shared(key, make)
+    return _runcache.shared(key, make)
 
 
 X05 = declare(

@@ -18,7 +18,7 @@ import torch
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import workloads
+from nogradlab.core import workloads
 
 
 

@@ -195,7 +195,7 @@ class _Rules(Mapping):
     """claim id -> its :class:`Rule`, read from the claims' declarations."""
 
     def __getitem__(self, claim_id):
-        from . import get as _get
+        from nogradlab.claims import get as _get
 
         try:
             return _get(claim_id).rule
@@ -203,12 +203,12 @@ class _Rules(Mapping):
             raise KeyError(claim_id) from None
 
     def __iter__(self):
-        from . import ids
+        from nogradlab.claims import ids
 
         return iter(ids())
 
     def __len__(self):
-        from . import ids
+        from nogradlab.claims import ids
 
         return len(ids())
 

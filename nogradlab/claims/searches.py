@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import batch as _batch
-from .. import memory, timing
+from nogradlab.estimate import batch as _batch
+from nogradlab.core import memory
+from nogradlab.claims import runcache as _runcache
 
 
 
@@ -103,7 +104,7 @@ def shared_largest_batch(name: str, mode: str, budget: int, dev, *, scale: str =
     fast = mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
     key = ("largest_batch", name, mode, int(budget), str(dev), scale, method, fast,
            tuple(sorted((k, repr(v)) for k, v in kw.items() if k not in ("start", "hint", "progress"))))
-    return timing.shared(key, lambda: _batch.largest_batch(name, mode, budget, dev, scale=scale,
+    return _runcache.shared(key, lambda: _batch.largest_batch(name, mode, budget, dev, scale=scale,
                                                             method=method, **kw))
 
 
