@@ -1,0 +1,67 @@
+"""The five wings: the layers contract holds, `import nogradlab` stays light, and the names the notebooks
+import (`from nogradlab import memory`, `import nogradlab.notebook`) give each wing's own module object."""
+import importlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if exe is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+    p = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "1 kept, 0 broken" in p.stdout
+
+
+def test_import_nogradlab_imports_no_wing_and_no_torch():
+    code = ("import sys, nogradlab; print(sorted(m for m in sys.modules if m.startswith('nogradlab'))); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         check=True).stdout.splitlines()
+    assert out == ["['nogradlab']", "False"]
+
+
+@pytest.mark.parametrize("old, new", [("notebook", "lab.notebook"), ("plots", "lab.plots"),
+                                      ("exercises", "lab.exercises"), ("timing", "core.timing"),
+                                      ("estimate_cmd", "estimate.cli"), ("report", "run.report")])
+def test_an_old_name_is_the_wings_own_module(old, new):
+    import nogradlab
+
+    a = importlib.import_module(f"nogradlab.{old}")
+    b = importlib.import_module(f"nogradlab.{new}")
+    assert a is b and getattr(nogradlab, old) is b
+    assert b.__name__ == b.__spec__.name == f"nogradlab.{new}"  # its own name and spec, not the alias's
+
+
+def test_a_submodule_of_an_old_package_name_is_not_loaded_twice():
+    a = importlib.import_module("nogradlab.exercises.nb05")
+    b = importlib.import_module("nogradlab.lab.exercises.nb05")
+    assert a is b
+
+
+def test_the_lessons_memory_measures_with_core_and_estimates_with_the_estimate_wing():
+    from nogradlab import memory
+    from nogradlab.core import memory as core_memory
+    from nogradlab.estimate import fake, sweep
+
+    assert memory.measure is core_memory.measure and memory.MemoryReport is core_memory.MemoryReport
+    assert memory.estimate is fake.estimate and memory.estimate_sweep is sweep.estimate_sweep
+    assert memory._Templates is fake._Templates  # a wing's private name reads through, unchanged
+    with pytest.raises(AttributeError, match="nogradlab.memory.*no_such_name"):
+        _ = memory.no_such_name
+
+
+def test_an_unknown_name_is_refused():
+    import nogradlab
+
+    with pytest.raises(AttributeError, match="no attribute 'plan'"):
+        _ = nogradlab.plan  # the GPU plan is project tooling (tools/plan.py), not shipped
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("nogradlab.procmem")
