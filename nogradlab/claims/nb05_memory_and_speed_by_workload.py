@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
@@ -408,8 +409,7 @@ def _train_step_timing(ctx, name, batch) -> "timing.Timing":
 
 
 def _signed_ci(v, lo, hi) -> str:
-    text = f"{v:+.0%} [{lo:+.0%}, {hi:+.0%}]"
-    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+    return _format.percent_ci(v, lo, hi, signed=True)
 
 
 def _fmt_band(band, kind) -> str:
