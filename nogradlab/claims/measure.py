@@ -597,7 +597,7 @@ def _tier_line(speedup: dict, ci: dict, tiers: list) -> str:
     every interval of the faster tier lies wholly above every interval of the slower one; where any
     two overlap, '=' (overlapping intervals are a tie, never a ranking)."""
     def tier(t):
-        return " = ".join(f"{k} {speedup[k]:.2f}x" for k in t)
+        return " = ".join(f"{k} {_format.ratio(speedup[k])}" for k in t)
     line = tier(tiers[0]) if tiers else ""
     for a, b in zip(tiers, tiers[1:]):
         apart = all(ci[i][0] > ci[j][1] for i in a for j in b)

@@ -591,7 +591,8 @@ def judge_c20(m, rule, ref=None):
         if "no forward timing" in c["condition"]:
             return "unresolved: the column timed a training step, not a forward"
         unit_x = c["band"]["unit"] == "x"
-        val = (f"{c['value']:.2f}x" + (f" [{c['ci'][0]:.2f}x, {c['ci'][1]:.2f}x]" if c["ci"] else "")) if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
+        val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
+               _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
         return f"{val} ({c['reading']})"
 
     desc = "; ".join(
@@ -600,7 +601,7 @@ def judge_c20(m, rule, ref=None):
         + (cell(r['workload'] + ' batch') if r.get("batch_factor") is not None and not any(
             v.get("capped") for v in (r.get("largest_batch") or {}).values())
            else "n/a" if r.get("batch_factor") is None else
-           f">= {r['batch_factor']:.2f}x or so (search limit: a capped search is a bound, not an answer)")
+           f">= {_format.ratio(r['batch_factor'])} or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
     older = any("no forward timing" in c["condition"] for c in cells)
@@ -610,7 +611,7 @@ def judge_c20(m, rule, ref=None):
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column has one)")
     def val(c):
-        return f"{c['value']:.2f}x" if c["band"]["unit"] == "x" else f"{c['value']:.0%}"
+        return _format.ratio(c["value"]) if c["band"]["unit"] == "x" else _format.percent(c["value"], 0)
 
     above = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "above"]
     below = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "below"]
