@@ -413,7 +413,8 @@ def _signed_ci(v, lo, hi) -> str:
 
 
 def _fmt_band(band, kind) -> str:
-    return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
+    return (f"{_format.percent(band[0], 0)}-{_format.percent(band[1], 0)}" if kind == "pct"
+            else f"{band[0]:.1f}-{_format.ratio(band[1], 1)}")
 
 
 C20 = declare(
