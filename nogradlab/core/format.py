@@ -2,7 +2,8 @@
 and the words for a difference the data cannot call.
 
 Terminal text, HTML tables, notebook cells and widgets all call these, so a size, a time or a ratio reads
-the same wherever it appears (as ``torch.utils.benchmark`` formats every measurement through one module)::
+the same wherever it appears (as ``torch.utils.benchmark`` keeps its unit choice and significant figures in
+one helper module, ``utils/common.py``: ``select_unit``, ``trim_sigfig``)::
 
     >>> from nogradlab.core.format import bytes_, seconds, ratio, percent, percent_ci
     >>> bytes_(1536), seconds(2.3e-6), ratio(2.5), percent(0.123)
