@@ -29,7 +29,7 @@ _ALIASES = {
     "allocator": "estimate.allocator", "yourmodel": "run.yourmodel",
     # the earlier flat layout
     "device": "core.device", "modes": "core.modes", "workloads": "core.workloads", "ownmodel": "core.ownmodel",
-    "timing": "core.timing", "pipeline": "core.pipeline", "links": "core.links", "show": "core.show",
+    "timing": "core.timing", "pipeline": "core.pipeline", "links": "core.links", "show": "core.format",
     "cudamodel": "estimate.cudamodel", "batch": "estimate.batch", "estimate_cmd": "estimate.cli",
     "runner": "run.runner", "report": "run.report", "outdir": "run.outdir",
 }

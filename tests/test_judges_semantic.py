@@ -288,7 +288,7 @@ def test_x01_timing_shown_never_judged():
          "restriction": {"saved_for_backward (w * inference_tensor)": "RuntimeError: cannot be saved"},
          "timing": {"workload": "mlp", "batch": 8, "inference_mode_vs_no_grad": [1.5, 1.4, 1.6], "cases": {}}}
     j = judge("X01", m)
-    assert j.verdict == "holds" and "1.500x" in j.summary and "not part of the verdict" in j.summary
+    assert j.verdict == "holds" and "1.500\u00d7" in j.summary and "not part of the verdict" in j.summary
     slower = copy.deepcopy(m)
     slower["timing"]["inference_mode_vs_no_grad"] = [0.5, 0.4, 0.6]
     assert verdict("X01", slower) == "holds"  # the timing never moves the verdict

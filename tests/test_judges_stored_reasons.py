@@ -17,15 +17,15 @@ def test_tiers_join_overlapping_intervals_with_equals_and_rank_only_disjoint_one
     sp = {"a": 1.5, "b": 1.14, "c": 1.0, "d": 0.5}
     ci = {"a": [1.22, 2.0], "b": [0.78, 1.3], "c": [0.78, 1.21], "d": [0.4, 0.6]}
     line = _tier_line(sp, ci, [["a", "b"], ["c"], ["d"]])
-    assert line == "a 1.50x = b 1.14x = c 1.00x > d 0.50x", line
+    assert line == "a 1.50\u00d7 = b 1.14\u00d7 = c 1.00\u00d7 > d 0.50\u00d7", line
 
 
 def test_inference_mode_overlapping_no_grad_is_no_disturbed_timing_and_the_open_lever_is_named():
     e = _judged("cuda-nvidia-h200", "X05")
     s = e["summary"]
     assert "clearly slower" not in s and "disturbed timing" not in s, s
-    assert "no_grad+channels_last 1.14x > inference_mode" not in s, s
-    assert "no_grad+compile 1.51x [1.2238, 2.0118] reaches down to no_grad's 1.15x [1.0496, 1.2244]" in s, s
+    assert "no_grad+channels_last 1.14\u00d7 > inference_mode" not in s, s
+    assert "no_grad+compile 1.51\u00d7 [1.2238\u00d7, 2.0118\u00d7] reaches down to no_grad's 1.15\u00d7 [1.0496\u00d7, 1.2244\u00d7]" in s, s
     assert e["verdict"] == "inconclusive"
     row = next(c for c in e["evidence"]["conditions"] if c["condition"] == "resnet50@32") if "conditions" in e.get("evidence", {}) else None
     if row is not None:
@@ -58,6 +58,6 @@ def test_estimated_memory_and_batch_cells_of_a_gpu_column_carry_their_allocator_
     cells = {c["condition"]: c for c in e["evidence"]["conditions"]} if "conditions" in e.get("evidence", {}) else None
     s = e["summary"]
     assert "memory +84% [+70%, +92%] (disagrees)" in s, s  # 1 - 0.16 * 1.306 / 0.694 = 70 %
-    assert "batch 1.40x [0.75x, 2.64x] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
+    assert "batch 1.40\u00d7 [0.75\u00d7, 2.64\u00d7] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
     assert words in e["scope"]["text"] and "(speed)" in e["scope"]["text"], e["scope"]
     assert cells is None or all(c["ci"] for n, c in cells.items() if "memory" in n)

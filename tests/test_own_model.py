@@ -297,7 +297,7 @@ def test_estimate_command_writes_json_and_never_overwrites_a_foreign_file(tmp_pa
     assert doc["modes"]["no_grad"]["reserved_peak_bytes"] == est.reserved_bytes
     f = doc["no_grad_factor"]
     assert f["over_grad"] == round(doc["modes"]["no_grad"]["largest_batch"] / doc["modes"]["grad"]["largest_batch"], 3)
-    assert f"no_grad fits {f['over_grad']:.2f}x the batch of grad" in printed
+    assert f"no_grad fits {f['over_grad']:.2f}\u00d7 the batch of grad" in printed
     assert main(argv) == 0  # its own earlier file may be replaced
     mine = tmp_path / "mine.json"
     mine.write_text('{"meta": {}, "modes": {}}')

@@ -362,7 +362,7 @@ def test_x05_reads_a_row_where_inference_mode_is_clearly_slower_than_no_grad_unr
     j = _judge("X05", _x05_inference_mode_slower(0.90, (0.85, 0.95)), GPU)
     assert [c["reading"] for c in j.conditions] == ["unresolved", "agrees"], j.conditions
     assert j.verdict == "inconclusive"
-    assert "w0@8 is read unresolved: inference_mode times 0.90x [0.85, 0.95] against no_grad's 1.15x" in j.summary
+    assert "w0@8 is read unresolved: inference_mode times 0.90\u00d7 [0.85\u00d7, 0.95\u00d7] against no_grad's 1.15\u00d7" in j.summary
     assert "a disturbed timing" in j.summary
     # the H200 column's numbers: inference_mode's point 1.00x below no_grad's interval, but the two
     # intervals overlap ([0.78, 1.21] against [1.05, 1.22]): a tie, no disturbed timing
@@ -372,7 +372,7 @@ def test_x05_reads_a_row_where_inference_mode_is_clearly_slower_than_no_grad_unr
     m = _x05_inference_mode_slower(1.15, (1.06, 1.24))
     m["rows"][0]["inference_mode_vs_no_grad"] = [0.9, 0.85, 0.95]
     j = _judge("X05", m, GPU)
-    assert j.conditions[0]["reading"] == "unresolved" and "paired, inference_mode over no_grad 0.90x" in j.summary
+    assert j.conditions[0]["reading"] == "unresolved" and "paired, inference_mode over no_grad 0.90\u00d7" in j.summary
     # the same row with inference_mode as fast as no_grad is read as before
     j = _judge("X05", _x05_inference_mode_slower(1.15, (1.06, 1.24)), GPU)
     assert [c["reading"] for c in j.conditions] == ["agrees", "agrees"] and j.verdict == "holds"

@@ -135,9 +135,9 @@ def test_overlapping_cis_are_a_tie_never_a_ranking():
 
 
 def test_ratio_and_saving_text():
-    assert claims.format_ratio(1.15, 1.05, 1.22) == "1.15\u00d7 [1.05, 1.22]"
+    assert claims.format_ratio(1.15, 1.05, 1.22) == "1.15\u00d7 [1.05\u00d7, 1.22\u00d7]"
     assert claims.format_ratio(1.02, 0.95, 1.08).startswith("no clear difference (noisy)")
-    assert claims.format_saved(0.23, 0.18, 0.27) == "23 % [18, 27]"
+    assert claims.format_saved(0.23, 0.18, 0.27) == "23% [18%, 27%]"
     assert claims.format_saved(0.02, -0.05, 0.08).startswith("no clear difference (noisy)")
 
 

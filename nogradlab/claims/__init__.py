@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 from nogradlab.core import memory as _memory
 from nogradlab.core import pipeline as _pipeline
 from nogradlab.core import workloads as _workloads
@@ -611,20 +612,13 @@ class Result:
                 f"</div></details></div>")
 
 
-def _fmt_num(v) -> str:
-    if isinstance(v, bool) or v is None:
-        return "" if v is None else str(v)
-    if isinstance(v, float):
-        if v != v or v in (float("inf"), float("-inf")):
-            return "n/a"
-        return f"{v:.3g}"
-    return str(v)
+_fmt_num = _format.number
 
 
 def _fmt_ci(ci) -> str:
     if not ci or not isinstance(ci, (list, tuple)) or len(ci) != 2:
         return ""
-    return f"[{_fmt_num(ci[0])}, {_fmt_num(ci[1])}]"
+    return _format.interval(ci[0], ci[1])
 
 
 # --------------------------------------------------------------------------------------------
@@ -632,21 +626,15 @@ def _fmt_ci(ci) -> str:
 
 
 def format_ratio(point: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
-    """A speed ratio with its CI: ``1.15x [1.05, 1.22]``; a CI spanning 1 (both a slowdown and a
-    speedup) reads ``no clear difference (noisy): 1.02x [0.95, 1.08]``."""
-    if lo is None or hi is None:
-        return f"{point:.2f}\u00d7"
-    text = f"{point:.2f}\u00d7 [{lo:.2f}, {hi:.2f}]"
-    return f"no clear difference (noisy): {text}" if lo < 1 < hi else text
+    """A speed ratio with its CI: ``1.15× [1.05×, 1.22×]``; a CI spanning 1 (both a slowdown and a
+    speedup) reads ``no clear difference (noisy): 1.02× [0.95×, 1.08×]`` (:func:`~nogradlab.core.format.ratio_ci`)."""
+    return _format.ratio_ci(point, lo, hi)
 
 
 def format_saved(point: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
-    """A fraction saved with its CI: ``23 % [18, 27]``; a CI spanning 0 reads ``no clear
-    difference (noisy): ...``."""
-    if lo is None or hi is None:
-        return f"{point:.0%}"
-    text = f"{point * 100:.0f} % [{lo * 100:.0f}, {hi * 100:.0f}]"
-    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+    """A fraction saved with its CI: ``23% [18%, 27%]``; a CI spanning 0 reads ``no clear
+    difference (noisy): ...`` (:func:`~nogradlab.core.format.percent_ci`)."""
+    return _format.percent_ci(point, lo, hi)
 
 
 def _fmt_value(key: str, v) -> str:
@@ -657,7 +645,7 @@ def _fmt_value(key: str, v) -> str:
         return str(v)
     if isinstance(v, (int, float)):
         if k.endswith("bytes") or k.endswith("_bytes_per_request"):
-            return _memory.format_bytes(v)
+            return _format.bytes_(v)
         if k.endswith("_ms"):
             return _time_text(v / 1e3)
         if k.endswith("_us"):
@@ -665,18 +653,15 @@ def _fmt_value(key: str, v) -> str:
         if k.endswith("_s") or k in ("seconds", "median", "iqr"):
             return _time_text(v)
         if isinstance(v, float) and any(w in k for w in ("saved", "share", "gain", "reduction")):
-            return f"{v:.1%}"
+            return _format.percent(v, 1)
         if isinstance(v, float) and ("speedup" in k or "factor" in k or "ratio" in k):
-            return f"{v:.3g}\u00d7"
+            return _format.ratio(v)
         if isinstance(v, float):
             return f"{v:.4g}"
     return str(v)
 
 
-def _time_text(seconds: float) -> str:
-    from nogradlab.core.timing import format_seconds
-
-    return format_seconds(seconds).replace(" us", " \u00b5s")
+_time_text = _format.seconds
 
 
 def _evidence_html(ev, depth: int = 0) -> str:
@@ -969,9 +954,9 @@ def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conf
                 return None, ""
             found[value] = jv.verdict
         if len(set(found.values())) != 1 or verdict not in found.values():
-            return None, (f"read with each of its values ({', '.join(f'{x * 1e6:.3g} µs' for x in found)}) "
+            return None, (f"read with each of its values ({', '.join(_format.seconds(x) for x in found)}) "
                           f"the verdict changes ({', '.join(sorted(set(found.values())))})")
-        words.append(f"read with either of its values ({', '.join(f'{x * 1e6:.3g} µs' for x in found)}) "
+        words.append(f"read with either of its values ({', '.join(_format.seconds(x) for x in found)}) "
                      f"{claim.id} {verdict}: the conflict cannot change the verdict")
     if saving:
         rows = [r for r in j.conditions or [] if isinstance(r, dict) and r.get("reading") in

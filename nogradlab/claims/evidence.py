@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import math
 
+from nogradlab.core import format as _format
+
 __all__ = ["PROTOCOL", "PROTOCOLS", "POINT_TOLERANCE", "protocol_of", "column_age", "age_label", "readings",
            "column_conflicts", "conflicts_for", "conflict_text"]
 
@@ -230,10 +232,13 @@ def _describe(key) -> str:
 def _fmt(key, r) -> str:
     v, (lo, hi) = r["value"], r["interval"]
     if key[0] == "time saving":
-        text = f"{v:.2%}" + (f" [{lo:.2%}, {hi:.2%}]" if r["stored_interval"] else " (no interval stored)")
+        text = (_format.percent_ci(v, lo, hi, 2, noisy=False) if r["stored_interval"]
+                else f"{_format.percent(v, 2)} (no interval stored)")
     else:
-        text = f"{v * 1e6:.3g} \u00b5s" + (f" [{lo * 1e6:.3g}, {hi * 1e6:.3g}]" if r["stored_interval"]
-                                             else " (no interval stored)")
+        def us(x):
+            return _format.seconds(x, ("\u00b5s", 1e-6))
+
+        text = us(v) + (f" {_format.interval(lo, hi, us)}" if r["stored_interval"] else " (no interval stored)")
     return f"{text} in {r['claim']}"
 
 

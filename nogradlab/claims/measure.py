@@ -38,13 +38,13 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import math
 import re
 
 
 import torch
 
 
+from nogradlab.core import format as _format
 from nogradlab.core import memory, modes, timing, workloads
 from nogradlab.claims import claim_check
 
@@ -135,14 +135,14 @@ def _gain_triple(cmp: timing.Comparison, name: str) -> tuple:
 
 
 def _pct(v) -> str:
-    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.0%}"
+    """``23%``; None or NaN: ``n/a``."""
+    return _format.percent(v, 0)
 
 
 def _pct_ci(t) -> str:
     """``23% [18%, 27%]``; an interval spanning 0 (a slowdown and a speedup both possible) reads
     ``no clear difference (noisy): 3% [-5%, 9%]``."""
-    text = f"{t[0]:.0%} [{t[1]:.0%}, {t[2]:.0%}]"
-    return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
+    return _format.percent_ci(*t)
 
 
 def _claim_speedup_edges(claim_id: str, workload: str) -> "list | None":
@@ -597,7 +597,7 @@ def _tier_line(speedup: dict, ci: dict, tiers: list) -> str:
     every interval of the faster tier lies wholly above every interval of the slower one; where any
     two overlap, '=' (overlapping intervals are a tie, never a ranking)."""
     def tier(t):
-        return " = ".join(f"{k} {speedup[k]:.2f}x" for k in t)
+        return " = ".join(f"{k} {_format.ratio(speedup[k])}" for k in t)
     line = tier(tiers[0]) if tiers else ""
     for a, b in zip(tiers, tiers[1:]):
         apart = all(ci[i][0] > ci[j][1] for i in a for j in b)

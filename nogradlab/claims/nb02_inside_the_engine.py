@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from nogradlab.estimate import batch as _batch
+from nogradlab.core import format as _format
 from nogradlab.core import memory
 from nogradlab.core import modes
 from nogradlab.core import workloads
@@ -366,13 +367,13 @@ def judge_c09(m, rule):
                                       "rounds_to_decide": None}])
     reading, bound = _c09_read(rule.band, vs_train, cap.get("eval+no_grad", False), cap.get("train", False))
     verdict = verdict_of([reading])
-    factor = f"{vs_train:.2f}x" + (f" (a {bound}: a search reached its limit)" if bound else "")
+    factor = _format.ratio(vs_train) + (f" (a {bound}: a search reached its limit)" if bound else "")
     side = ("above" if vs_train > rule.band.edges[1] else "below") if reading == "disagrees" else None
-    lead = (f"No_grad fits {'more' if side == 'above' else 'less'} than the article says: {vs_train:.2f}x the "
-            f"training batch against about {C09_FIGURE}x. " if side else "")
+    lead = (f"No_grad fits {'more' if side == 'above' else 'less'} than the article says: {_format.ratio(vs_train)} the "
+            f"training batch against about {_format.ratio(C09_FIGURE, 1)}. " if side else "")
     summary = (lead + f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
                f"training batch (article: {rule.band.text()})"
-               + (f" and {vs_grad:.2f}x the grad-enabled forward's" if vs_grad is not None else "") + ". ")
+               + (f" and {_format.ratio(vs_grad)} the grad-enabled forward's" if vs_grad is not None else "") + ". ")
     summary += ("The direction holds (more fits under no_grad); " if vs_train > 1 else
                 "Not even the direction holds (no more fits under no_grad); ")
     lo, hi = rule.band.edges

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from nogradlab.core import format as _format
 from nogradlab.core import memory
 from nogradlab.core import timing
 from nogradlab.core import workloads
@@ -64,8 +65,8 @@ def judge_c12(m, rule):
     ratio = m["cost_ratio_nested_vs_forward"]
     enter, nested, fwd = m["enter_exit"]["median"], m["nested_enter_exit"]["median"], m["forward"]["median"]
     summary = (f"Nesting works (same output: {same}; grad still off after the inner block exits: {still_off}). "
-               f"Entering and leaving no_grad costs {nested * 1e6:.2f} µs when already inside one "
-               f"({enter * 1e6:.2f} µs from grad mode), vs {fwd * 1e3:.3f} ms for one {m['workload']} "
+               f"Entering and leaving no_grad costs {_format.seconds(nested)} when already inside one "
+               f"({_format.seconds(enter)} from grad mode), vs {_format.seconds(fwd)} for one {m['workload']} "
                f"{m.scale} forward ({ratio:.2%}).")
     if not (same and still_off):
         return Judgement("holds", summary + " Nesting changed the result or the mode: it is harmful here.")
@@ -287,7 +288,7 @@ def judge_c13(m, rule):
     loop_s = m.get("whole_loop_s")
     if loop_s is None:  # older columns: the loop's time follows from the predicted gain
         loop_s = (n - 1) * enter / predicted if predicted else None
-    loop = f" against a {loop_s * 1e3:.2f} ms loop" if loop_s else " against a loop"
+    loop = f" against a {_format.seconds(loop_s)} loop" if loop_s else " against a loop"
     both = f"timed directly {_pct_ci((gain, glo, ghi))}, and {predicted:.2%} as the measured cost of entering and leaving no_grad"
     explained = glo is not None and ghi is not None and glo <= predicted <= ghi
     both += " explains it" if explained else " models it"
@@ -304,7 +305,7 @@ def judge_c13(m, rule):
         summary = (f"Undecided: {both} (article: {rule.band.text()}); the two do not agree, so the direct timing "
                    "is disturbed (a busy machine) or too wide: rerun on a quiet machine. ")
     summary += (f"A per-batch no_grad differs from a whole-loop one by {n - 1} more context entries and exits, "
-                f"{enter * 1e6:.2f} \u00b5s each,{loop} of {n} batches of the {name} ({m.label})")
+                f"{_format.seconds(enter)} each,{loop} of {n} batches of the {name} ({m.label})")
     if m.get("nested_time_saved_vs_per_batch") is not None:
         summary += (f"; redundant nesting (two more levels per batch) "
                     f"{_pct_ci((m['nested_time_saved_vs_per_batch'], *m['nested_ci']))} time saved vs per-batch")

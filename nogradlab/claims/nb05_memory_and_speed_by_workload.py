@@ -11,6 +11,7 @@ import math
 
 import torch
 
+from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
@@ -408,12 +409,12 @@ def _train_step_timing(ctx, name, batch) -> "timing.Timing":
 
 
 def _signed_ci(v, lo, hi) -> str:
-    text = f"{v:+.0%} [{lo:+.0%}, {hi:+.0%}]"
-    return f"no clear difference (noisy): {text}" if lo < 0 < hi else text
+    return _format.percent_ci(v, lo, hi, signed=True)
 
 
 def _fmt_band(band, kind) -> str:
-    return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
+    return (f"{_format.percent(band[0], 0)}-{_format.percent(band[1], 0)}" if kind == "pct"
+            else f"{band[0]:.1f}-{_format.ratio(band[1], 1)}")
 
 
 C20 = declare(
@@ -591,7 +592,8 @@ def judge_c20(m, rule, ref=None):
         if "no forward timing" in c["condition"]:
             return "unresolved: the column timed a training step, not a forward"
         unit_x = c["band"]["unit"] == "x"
-        val = (f"{c['value']:.2f}x" + (f" [{c['ci'][0]:.2f}x, {c['ci'][1]:.2f}x]" if c["ci"] else "")) if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
+        val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
+               _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
         return f"{val} ({c['reading']})"
 
     desc = "; ".join(
@@ -600,7 +602,7 @@ def judge_c20(m, rule, ref=None):
         + (cell(r['workload'] + ' batch') if r.get("batch_factor") is not None and not any(
             v.get("capped") for v in (r.get("largest_batch") or {}).values())
            else "n/a" if r.get("batch_factor") is None else
-           f">= {r['batch_factor']:.2f}x or so (search limit: a capped search is a bound, not an answer)")
+           f">= {_format.ratio(r['batch_factor'])} or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
     older = any("no forward timing" in c["condition"] for c in cells)
@@ -610,7 +612,7 @@ def judge_c20(m, rule, ref=None):
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column has one)")
     def val(c):
-        return f"{c['value']:.2f}x" if c["band"]["unit"] == "x" else f"{c['value']:.0%}"
+        return _format.ratio(c["value"]) if c["band"]["unit"] == "x" else _format.percent(c["value"], 0)
 
     above = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "above"]
     below = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "below"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 
+from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare
@@ -106,7 +107,7 @@ def judge_x01(m, rule):
         own = "inference_mode_vs_no_grad" not in t
         summary += (f" Forward speed over no_grad on {t.get('workload')} {m.scale} batch {t.get('batch')} "
                     + ("(X01's own timing, an older column)" if own else "(the shared forward timing)")
-                    + f", not part of the verdict: {sp:.3f}x (95 % CI {lo:.3f}-{hi:.3f})"
+                    + f", not part of the verdict: {_format.ratio(sp, 3)} (95 % CI {lo:.3f}-{hi:.3f})"
                     + (": no difference resolved" if lo <= 1 <= hi else "")
                     + (" (noisy timings: IQR over 10 % of the median; rerun on a quiet machine)" if noisy else "")
                     + ".")
@@ -231,10 +232,15 @@ def _implausible(r) -> bool:
     return im[1] < ng[0]
 
 
+def _x4(point, lo, hi) -> str:
+    """``1.51× [1.2238×, 2.0118×]``: the ends to 4 decimals, where two intervals nearly touch."""
+    return f"{_format.ratio(point)} {_format.interval(lo, hi, lambda v: _format.ratio(v, 4))}"
+
+
 def _paired(r) -> str:
     p = r.get("inference_mode_vs_no_grad")
     if isinstance(p, (list, tuple)) and len(p) == 3 and all(isinstance(v, (int, float)) for v in p):
-        return f"{p[0]:.2f}x [{p[1]:.2f}, {p[2]:.2f}]"
+        return _format.ratio_ci(*p, noisy=False)
     return ""
 
 
@@ -253,10 +259,10 @@ def _x05_unresolved_why(r, margin, min_rounds) -> str:
     for k in open_:
         lo, hi = ci[k]
         if lo <= hi_ng:
-            why.append(f"{k} {sp[k]:.2f}x [{lo:.4f}, {hi:.4f}] reaches down to no_grad's {sp['no_grad']:.2f}x "
-                       f"[{lo_ng:.4f}, {hi_ng:.4f}] (its lower end at or below no_grad's upper end)")
+            why.append(f"{k} {_x4(sp[k], lo, hi)} reaches down to no_grad's {_x4(sp['no_grad'], lo_ng, hi_ng)} "
+                       "(its lower end at or below no_grad's upper end)")
         else:
-            why.append(f"{k} {sp[k]:.2f}x [{lo:.2f}, {hi:.2f}] lies above no_grad's {sp['no_grad']:.2f}x but "
+            why.append(f"{k} {_format.ratio_ci(sp[k], lo, hi, noisy=False)} lies above no_grad's {_format.ratio(sp['no_grad'])} but "
                        f"less than {margin:.0%} faster at its point")
     if not why:
         return ""
@@ -323,9 +329,9 @@ def judge_x05(m, rule):
     odd = [r for r in timed if _implausible(r)]
     if odd:
         summary += " " + "; ".join(
-            f"{r['workload']}@{r['batch']} is read unresolved: inference_mode times {r['speedup']['inference_mode']:.2f}x "
-            f"[{r['ci']['inference_mode'][0]:.2f}, {r['ci']['inference_mode'][1]:.2f}] against no_grad's "
-            f"{r['speedup']['no_grad']:.2f}x [{r['ci']['no_grad'][0]:.2f}, {r['ci']['no_grad'][1]:.2f}]"
+            f"{r['workload']}@{r['batch']} is read unresolved: inference_mode times "
+            f"{_format.ratio_ci(r['speedup']['inference_mode'], *r['ci']['inference_mode'], noisy=False)} against no_grad's "
+            f"{_format.ratio_ci(r['speedup']['no_grad'], *r['ci']['no_grad'], noisy=False)}"
             + (f" (paired, inference_mode over no_grad {_paired(r)})" if _paired(r) else "")
             + ", clearly slower, which cannot be (inference_mode skips all that no_grad skips and more): a disturbed timing"
             for r in odd) + "."

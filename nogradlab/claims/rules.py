@@ -34,6 +34,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from nogradlab.core import format as _format
+
 __all__ = ["RULES", "Rule", "Band", "TIE", "ABOUT", "READINGS", "AGGREGATE", "SELF_CONTRADICTION", "SIDES", "get", "digest", "verdict_of",
            "rounds_to_decide", "MIN_BOOTSTRAP_ROUNDS", "direction_text", "proxy_text"]
 
@@ -255,7 +257,7 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS) -
     return verdict_of(r["reading"] for r in rows), rows
 
 
-def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
+def readings_text(rows, fmt=lambda v: _format.percent(v, 0)) -> str:
     """``agree: a (23 %), ...; disagree: ...; unresolved: ...`` with how many rounds would decide."""
     parts = []
     for word, key in (("agree", "agrees"), ("disagree", "disagrees"), ("unresolved", "unresolved")):
@@ -279,7 +281,7 @@ def readings_text(rows, fmt=lambda v: f"{v:.0%}") -> str:
 
 
 def _pct0(v: float) -> str:
-    return f"{v:.0%}".replace("-0%", "0%")
+    return _format.percent(v, 0)
 
 
 def _by_workload(rows, fmt, group: bool = True) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from nogradlab.estimate import batch as _batch
-from nogradlab.core import memory
+from nogradlab.core import format as _format
 from nogradlab.claims import runcache as _runcache
 
 
@@ -87,8 +87,8 @@ def _real_note(check: "dict | None") -> str:
         return ""
     est = check.get("estimated_batch")
     return (f" One real OOM search checks the estimate: {check['workload']} eval+no_grad under "
-            f"{memory.format_bytes(check['budget_bytes'])} fits {check['real']['batch']} for real"
-            + (f" (estimate {est}, {check['estimate_over_real']:.2f}x)" if est is not None and
+            f"{_format.bytes_(check['budget_bytes'])} fits {check['real']['batch']} for real"
+            + (f" (estimate {est}, {_format.ratio(check['estimate_over_real'])})" if est is not None and
                check.get("estimate_over_real") else "")
             + "; real_search='all' searches every batch for real.")
 

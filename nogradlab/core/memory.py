@@ -45,6 +45,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 from nogradlab.core import modes as _modes
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "train_step", "format_bytes", "release",
@@ -57,18 +58,8 @@ CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to a multip
 _TIMELINE_CAP = 200_000
 
 
-def format_bytes(n: "int | float | None") -> str:
-    """``1536 -> '1.50 KiB'``; exact bytes below 1 KiB."""
-    if n is None:
-        return "n/a"
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{sign}{int(n)} B" if unit == "B" else f"{sign}{n:.2f} {unit}"
-        n /= 1024
-    return f"{sign}{n:.2f} TiB"
+#: ``1536 -> '1.50 KiB'``: :func:`nogradlab.core.format.bytes_`, under its earlier name.
+format_bytes = _format.bytes_
 
 
 @dataclass

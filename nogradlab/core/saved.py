@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from nogradlab.core import format as _format
 from nogradlab.core import memory as _memory
 from nogradlab.core import ownmodel
 
@@ -34,14 +35,14 @@ class SavedByLayer:
         import pandas as pd
 
         rows = sorted((r for r in self.rows if r["saved_bytes"]), key=lambda r: -r["saved_bytes"])
-        out = [{"layer": r["layer"], "type": r["type"], "saved": _memory.format_bytes(r["saved_bytes"]),
-                "share": f"{r['saved_bytes'] / self.total_bytes:.1%}", "tensors": r["tensors"],
+        out = [{"layer": r["layer"], "type": r["type"], "saved": _format.bytes_(r["saved_bytes"]),
+                "share": _format.percent(r["saved_bytes"] / self.total_bytes, 1), "tensors": r["tensors"],
                 "largest saved": "x".join(map(str, r["largest"]))} for r in rows[:top]]
         rest = rows[top:]
         if rest:
             n = sum(r["saved_bytes"] for r in rest)
-            out.append({"layer": f"the other {len(rest)} layers", "type": "", "saved": _memory.format_bytes(n),
-                        "share": f"{n / self.total_bytes:.1%}", "tensors": sum(r["tensors"] for r in rest),
+            out.append({"layer": f"the other {len(rest)} layers", "type": "", "saved": _format.bytes_(n),
+                        "share": _format.percent(n / self.total_bytes, 1), "tensors": sum(r["tensors"] for r in rest),
                         "largest saved": ""})
         return pd.DataFrame(out, columns=["layer", "type", "saved", "share", "tensors", "largest saved"])
 

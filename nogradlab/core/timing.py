@@ -75,6 +75,7 @@ if not torch.cuda.is_available():
 from torch.utils.benchmark import Timer  # noqa: E402
 
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -111,24 +112,12 @@ INTERVAL_METHOD = ("random order per round; Hodges-Lehmann speedup and Wilcoxon 
 # Results
 # --------------------------------------------------------------------------------------------
 
-_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
+#: The time units, largest first: the formatting module's (``"µs"``, never ``"us"``).
+_UNITS = _format.TIME_UNITS
+_unit_for = _format.time_unit
 
-
-def _unit_for(seconds: float) -> tuple[str, float]:
-    for name, scale in _UNITS:
-        if abs(seconds) >= scale:
-            return name, scale
-    return _UNITS[-1]
-
-
-def format_seconds(seconds: float, unit: "tuple[str, float] | None" = None, digits: int = 3) -> str:
-    """``0.0123`` -> ``'12.3 ms'`` (``digits`` significant figures, unit chosen from the value)."""
-    name, scale = unit or _unit_for(seconds)
-    value = seconds / scale
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g} {name}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f} {name}"
+#: ``0.0123`` -> ``'12.3 ms'``: :func:`nogradlab.core.format.seconds`, under its earlier name.
+format_seconds = _format.seconds
 
 
 @dataclass
@@ -327,9 +316,9 @@ class Comparison:
                 format_seconds(t.median, unit),
                 format_seconds(t.iqr, unit, 2),
                 str(t.number_per_sample),
-                f"{self.speedup[name]:.3f}x",
-                f"[{low:.3f}, {high:.3f}]",
-                f"{self.time_saved(name):+.1%}",
+                _format.ratio(self.speedup[name], 3),
+                _format.interval(low, high, lambda v: _format.ratio(v, 3)),
+                _format.percent(self.time_saved(name), 1, signed=True),
             ))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [header]

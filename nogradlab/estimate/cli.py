@@ -309,7 +309,7 @@ def is_estimate_doc(doc) -> bool:
 
 def text(doc: dict) -> str:
     """The terminal table of a document from :func:`run`."""
-    from nogradlab.core.memory import format_bytes as fb
+    from nogradlab.core.format import bytes_ as fb, ratio
 
     meta = doc["meta"]
     b = meta["batch"]
@@ -332,7 +332,7 @@ def text(doc: dict) -> str:
         if f[key] is not None:
             bound = "at least " if ng["at_limit"] else ""
             cap = " (that mode hit max_batch: the factor may be smaller)" if doc["modes"][other]["at_limit"] else ""
-            lines.append(f"no_grad fits {bound}{f[key]:.2f}x the batch of {other}{cap}")
+            lines.append(f"no_grad fits {bound}{ratio(f[key])} the batch of {other}{cap}")
         elif ng is not None and other in doc["modes"]:
             lines.append(f"no_grad over {other}: n/a ({other} fits no batch under the budget)")
     if any(e["at_limit"] for e in doc["modes"].values()):

@@ -24,6 +24,7 @@ import warnings
 
 import torch
 
+from nogradlab.core import format as _format
 from nogradlab.lab.plots import Figure
 
 __all__ = ["autograd_graph", "graph_nodes", "grad_mode_timeline", "eval_grad_grid", "allocator_segments",
@@ -31,14 +32,6 @@ __all__ = ["autograd_graph", "graph_nodes", "grad_mode_timeline", "eval_grad_gri
            "modes_table"]
 
 _ON, _OFF, _SAVED, _LEAF = "#2c7fb8", "#d95f0e", "#fdd49e", "#c7e9c0"
-
-
-def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _saved(node) -> list:
@@ -118,7 +111,7 @@ def _draw_graph(ax, tensor, title):
                 bbox=dict(boxstyle="round", fc=_LEAF if leaf else "white", ec=_ON, lw=1.5))
         if saved:
             text = "\n".join(f"saves {n} {s if s == 'freed' else 'x'.join(map(str, s)) or 'scalar'}"
-                             + ("" if s == "freed" else f" ({_human(b)})") for n, s, b in saved)
+                             + ("" if s == "freed" else f" ({_format.bytes_(b)})") for n, s, b in saved)
             ax.text(x, y - 0.42 / n_levels, text, ha="center", va="top", fontsize=7,
                     bbox=dict(boxstyle="square", fc=_SAVED, ec="none"))
     ax.set_xlim(0, 1)
@@ -235,10 +228,6 @@ def _mib(n: float) -> float:
     return n / 2 ** 20
 
 
-def _kib_or_mib(n: float) -> str:
-    return f"{n / 2 ** 20:.2f} MiB" if n >= 2 ** 20 else f"{n / 2 ** 10:.0f} KiB"
-
-
 # ------------------------------------------------------------------------------------ 05: memory
 
 
@@ -280,7 +269,7 @@ def where_memory_goes(model, x, *, title: "str | None" = None) -> Figure:
         for part, v, c in zip(parts, vals, colours):
             ax.barh(y, _mib(v), left=left, color=c, edgecolor="white", label=part if y == 0 else None)
             if v > 0.06 * sum(rows["grad on"]):
-                ax.text(left + _mib(v) / 2, y, _kib_or_mib(v), ha="center", va="center", fontsize=8, color="white")
+                ax.text(left + _mib(v) / 2, y, _format.bytes_(v), ha="center", va="center", fontsize=8, color="white")
             left += _mib(v)
     ax.set_yticks([0, 1], list(reversed(list(rows))))
     ax.set_xlabel("MiB at the peak of one forward pass")

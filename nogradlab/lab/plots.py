@@ -21,7 +21,7 @@ import io
 
 from matplotlib.figure import Figure as _MplFigure
 
-from nogradlab.core import memory as _memory
+from nogradlab.core import format as _format
 
 __all__ = ["memory_vs_batch", "saving_vs_length", "article_table", "timeline",
            "eval_grid", "largest_batch", "MODE_COLOURS"]
@@ -255,10 +255,8 @@ def _fmt(key: str, v) -> str:
     if isinstance(v, bool) or v is None:
         return str(v)
     if key.endswith("bytes") and isinstance(v, (int, float)):
-        return _memory.format_bytes(v)
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
+        return _format.bytes_(v)
+    return _format.number(v)
 
 
 def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Figure:

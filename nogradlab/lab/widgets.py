@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass, field
 
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 from nogradlab.core import memory as _memory
 from nogradlab.core import pipeline as _pipeline
 from nogradlab.core import modes as _modes
@@ -101,37 +102,14 @@ def _text_table(header, rows) -> str:
     return "\n".join(lines)
 
 
-def _byte_unit(n: float):
-    for name, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return name, size
-    return "B", 1
-
-
-def _time(seconds: float, unit=None, digits: int = 3) -> str:
-    """Seconds in the unit of ``unit`` (or the value's own): ``'12.3 ms'``, ``'850 µs'``."""
-    text = _timing.format_seconds(seconds, unit, digits)
-    return text[:-2] + "µs" if text.endswith(" us") else text
-
-
-def _unit_label(name: str) -> str:
-    return "µs" if name == "us" else name
-
-
-def _ratio(x: float, digits: int = 2) -> str:
-    """A ratio with the multiplication sign: ``'×1.23'``."""
-    return f"\u00d7{x:.{digits}f}"
-
-
 #: What a ratio whose confidence interval holds both a slowdown and a speedup is shown as.
-UNCLEAR = "no clear difference (noisy)"
+UNCLEAR = _format.NO_CLEAR_DIFFERENCE
 
 
 def clear_difference(ci) -> bool:
     """False when the interval ``(low, high)`` of a speedup holds both a slowdown (< 1) and a
     speedup (> 1): the data do not say which way the difference goes, so no ratio is headlined."""
-    low, high = ci
-    return not (low < 1.0 < high)
+    return not _format.spans(*ci, 1.0)
 
 
 def _error_html(exc: BaseException) -> str:
@@ -212,7 +190,7 @@ class ModesResult(_Shown):
         if self.memory:
             header += ["peak", "saved for backward", "retained"]
         rows = []
-        unit = _timing._unit_for(min(t.median for t in c.timings.values())) if c else None
+        unit = _format.time_unit(min(t.median for t in c.timings.values())) if c else None
         for m in self.modes:
             row = [m]
             if c is not None:
@@ -220,16 +198,16 @@ class ModesResult(_Shown):
                 lo, hi = c.ci[m]
                 clear = clear_difference((lo, hi))
                 if m == c.baseline:
-                    speed, saved = f"{_ratio(1.0)} (baseline)", "\u2013"
+                    speed, saved = f"{_format.ratio(1.0)} (baseline)", "\u2013"
                 elif clear:
                     s_lo, s_hi = c.time_saved_ci(m)
-                    speed = _ratio(c.speedup[m], 3)
-                    saved = f"{c.time_saved(m):+.1%} [{s_lo:+.1%}, {s_hi:+.1%}]"
+                    speed = _format.ratio(c.speedup[m], 3)
+                    saved = _format.percent_ci(c.time_saved(m), s_lo, s_hi, 1, signed=True, noisy=False)
                 else:  # the interval holds a slowdown and a speedup: no headline number
                     speed, saved = UNCLEAR, "\u2013"
-                row += [_time(t.median, unit),
-                        _time(t.iqr, unit, 2),
-                        speed, "\u2013" if m == c.baseline else f"[{_ratio(lo)}, {_ratio(hi)}]",
+                row += [_format.seconds(t.median, unit),
+                        _format.seconds(t.iqr, unit, 2),
+                        speed, "\u2013" if m == c.baseline else _format.interval(lo, hi, _format.ratio),
                         saved]
             if self.memory:
                 r = self.memory[m]
@@ -253,7 +231,7 @@ class ModesResult(_Shown):
         out = []
         if c is not None and any(not clear_difference(c.ci[m]) for m in self.modes):
             out.append(f"{UNCLEAR}: the {_timing.CONFIDENCE:.0%} CI of the speedup spans both a "
-                       f"slowdown (below {_ratio(1.0)}) and a speedup (above {_ratio(1.0)}), so "
+                       f"slowdown (below {_format.ratio(1.0)}) and a speedup (above {_format.ratio(1.0)}), so "
                        "the data do not say which mode is faster; rerun on a quieter machine, with "
                        "more rounds or a longer min_run_time")
         for m in self.modes:
@@ -283,7 +261,7 @@ class ModesResult(_Shown):
             i += 1
             peak = [self.memory[m].peak_bytes for m in self.modes]
             saved = [self.memory[m].saved_bytes for m in self.modes]
-            name, size = _byte_unit(max(peak + saved + [1]))
+            name, size = _format.byte_unit(max(peak + saved + [1]))
             w = 0.38
             ax.bar([x - w / 2 for x in xs], [p / size for p in peak], w, label="peak (new allocations)",
                    color="#4c72b0")
@@ -297,20 +275,20 @@ class ModesResult(_Shown):
         if self.comparison is not None:
             ax = axes[i]
             c = self.comparison
-            uname, uscale = _timing._unit_for(min(t.median for t in c.timings.values()))
+            uname, uscale = _format.time_unit(min(t.median for t in c.timings.values()))
             med = [c.timings[m].median / uscale for m in self.modes]
             iqr = [c.timings[m].iqr / uscale / 2 for m in self.modes]
             ax.bar(list(xs), med, 0.6, yerr=iqr, capsize=4, color="#55a868")
             for x, m in zip(xs, self.modes):
                 lo, hi = c.ci[m]
                 text = ("baseline" if m == c.baseline else
-                        f"{_ratio(c.speedup[m])}\n[{_ratio(lo)}, {_ratio(hi)}]"
-                        if clear_difference((lo, hi)) else "no clear\ndifference\n(noisy)")
+                        f"{_format.ratio(c.speedup[m])}\n{_format.interval(lo, hi, _format.ratio)}"
+                        if clear_difference((lo, hi)) else UNCLEAR.replace(" difference ", "\ndifference\n"))
                 ax.annotate(text, (x, med[x] + iqr[x]),
                             ha="center", va="bottom", fontsize=8, xytext=(0, 4),
                             textcoords="offset points")
             ax.set_xticks(list(xs), self.modes)
-            ax.set_ylabel(_unit_label(uname))
+            ax.set_ylabel(uname)
             ax.set_ylim(0, max(a + b for a, b in zip(med, iqr)) * 1.35)
             ax.set_title(f"time per call (median, IQR); speedup vs {c.baseline}")
         if self.title:
@@ -363,15 +341,15 @@ class BudgetResult(_Shown):
         if base is None or not base.batch:
             return "n/a"
         if r is base:
-            return f"{_ratio(1.0)} (reference)"
+            return f"{_format.ratio(1.0)} (reference)"
         x = r.batch / base.batch
         if r.at_limit and base.at_limit:
             return "n/a (both hit the search limit)"
         if r.at_limit:
-            return f"\u2265 {_ratio(x)} (lower bound)"
+            return f"\u2265 {_format.ratio(x)} (lower bound)"
         if base.at_limit:
-            return f"\u2264 {_ratio(x)} (upper bound)"
-        return _ratio(x)
+            return f"\u2264 {_format.ratio(x)} (upper bound)"
+        return _format.ratio(x)
 
     def _rows(self):
         base = self.results.get("train")

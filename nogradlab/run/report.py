@@ -36,6 +36,7 @@ from pathlib import Path
 from nogradlab import __version__
 from nogradlab import claims as _claims
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 from nogradlab.run import outdir as _outdir
 
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
@@ -798,10 +799,7 @@ def _conditions_html(conds) -> str:
             f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
-def _num(v) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}" if v == v and abs(v) != float("inf") else "n/a"
-    return "" if v is None else str(v)
+_num = _format.number
 
 
 _MEASUREMENTS_CHARS = 6000  # the raw measurements shown per claim; claims.json holds them all

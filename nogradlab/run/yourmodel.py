@@ -32,6 +32,7 @@ from torch import nn
 
 from nogradlab.estimate import batch as _batch
 from nogradlab.core import device as _device
+from nogradlab.core import format as _format
 from nogradlab.estimate import cli as estimate_cmd
 from nogradlab.core import memory as _memory
 from nogradlab.core import ownmodel
@@ -285,16 +286,14 @@ def here_frame(here: dict):
     rows = []
     grad_peak = here["peak_bytes"]["grad"]
     for m in MODES:
-        row = {"mode": m, "peak memory": _memory.format_bytes(here["peak_bytes"][m]),
-               "peak / grad forward": f"{here['peak_bytes'][m] / grad_peak:.2f}x"}
+        row = {"mode": m, "peak memory": _format.bytes_(here["peak_bytes"][m]),
+               "peak / grad forward": _format.ratio(here["peak_bytes"][m] / grad_peak)}
         t = here.get("timing", {}).get("modes", {}).get(m)
         if t is not None:
-            from nogradlab.core.timing import format_seconds
-
             lo, hi = t["over_grad_ci"]
-            row.update({"time per call (median)": format_seconds(t["median_s"]),
-                        "IQR": format_seconds(t["iqr_s"], digits=2),
-                        "time / grad forward [95% CI]": f"{t['over_grad']:.2f}x [{lo:.2f}, {hi:.2f}]"})
+            row.update({"time per call (median)": _format.seconds(t["median_s"]),
+                        "IQR": _format.seconds(t["iqr_s"], digits=2),
+                        "time / grad forward [95% CI]": _format.ratio_ci(t["over_grad"], lo, hi, noisy=False)})
         rows.append(row)
     return pd.DataFrame(rows).set_index("mode")
 
@@ -469,9 +468,9 @@ def estimate_frame(doc: dict):
     import pandas as pd
 
     b = doc["meta"]["batch"]
-    rows = [{"mode": m, f"allocated @{b}": _memory.format_bytes(e["allocated_peak_bytes"]),
-             f"reserved @{b}": _memory.format_bytes(e["reserved_peak_bytes"]),
-             f"largest batch under {_memory.format_bytes(doc['meta']['gpu_bytes'])}":
+    rows = [{"mode": m, f"allocated @{b}": _format.bytes_(e["allocated_peak_bytes"]),
+             f"reserved @{b}": _format.bytes_(e["reserved_peak_bytes"]),
+             f"largest batch under {_format.bytes_(doc['meta']['gpu_bytes'])}":
                  f">= {e['largest_batch']} (search limit)" if e["at_limit"] else str(e["largest_batch"]),
              "trials": e["trials"]} for m, e in doc["modes"].items()]
     return pd.DataFrame(rows).set_index("mode")
@@ -489,7 +488,7 @@ def gpu_sizes(spec: Spec, doc: dict, scale: str = "tiny", gib=COMMON_GIB) -> lis
     check = max((x for x in sizes if x != budget), default=None) if scale == "full" else None
     rows = []
     for size in sizes:
-        row = {"gpu_bytes": size, "gpu": _memory.format_bytes(size)}
+        row = {"gpu_bytes": size, "gpu": _format.bytes_(size)}
         line = {m: _extrapolate(e, budget, size) for m, e in doc["modes"].items()}
         if size == budget or size == check:
             src = doc if size == budget else estimate(spec, size)
@@ -542,21 +541,22 @@ def sizes_frame(rows: list):
 def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None", sizes: "list | None" = None,
            error: "str | None" = None) -> list:
     """The learner's recipe for this model, one markdown bullet per finding, generated from the figures."""
-    fb = _memory.format_bytes
+    fb = _format.bytes_
     out = []
     if here is not None:
         p = here["peak_bytes"]
         best = min(("inference_mode", "no_grad"), key=lambda m: p[m])
         out.append(f"**Serve and evaluate under `model.eval()` and `torch.{best}()`**: at batch {here['batch']} "
                    f"on {here['device']} its peak was {fb(p[best])}, against {fb(p['grad'])} for the same forward "
-                   f"with grad on ({p['grad'] / p[best]:.2f}x) and {fb(p['train'])} for a training step.")
+                   f"with grad on ({_format.ratio(p['grad'] / p[best])}) and {fb(p['train'])} for a training step.")
         t = here.get("timing", {}).get("modes")
         if t:
             for m in ("no_grad", "inference_mode"):
                 lo, hi = t[m]["over_grad_ci"]
                 verdict = ("faster than" if hi < 1 else "slower than" if lo > 1 else "not distinguishable from")
-                out.append(f"Time: `{m}` took {t[m]['over_grad']:.3f}x the grad forward's time here "
-                           f"(95 % CI [{lo:.3f}, {hi:.3f}]): {verdict} it on this device.")
+                out.append(f"Time: `{m}` took {_format.ratio(t[m]['over_grad'], 3)} the grad forward's time here "
+                           f"(95 % CI {_format.interval(lo, hi, lambda v: _format.ratio(v, 3))}): {verdict} it "
+                           "on this device.")
             out.append("Prefer `torch.inference_mode()` where the outputs never meet autograd again; keep "
                        "`torch.no_grad()` where they feed a training step later (targets, EMA weights).")
     if saved is not None and saved.total_bytes:
@@ -564,7 +564,7 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
         types = saved.by_type()
         t0 = next(iter(types))
         out.append(f"With grad on, one forward keeps {fb(saved.total_bytes)} for backward; the "
-                   f"`{t0}` layers keep {types[t0] / saved.total_bytes:.0%} of it, the most in one layer "
+                   f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it, the most in one layer "
                    f"`{top['layer']}` ({fb(top['saved_bytes'])}). To train at a larger batch, recompute those "
                    "in backward instead (`torch.utils.checkpoint.checkpoint`).")
         for a in saved.attention:
@@ -587,7 +587,7 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
                    f"`inference_mode` {b('inference_mode')}. Confirm it on the real GPU and keep 5-10 % headroom.")
         f = doc["no_grad_factor"]["over_grad"]
         if f is not None:
-            out.append(f"The `no_grad` factor: {f:.2f}x the batch of a grad forward under the same budget.")
+            out.append(f"The `no_grad` factor: {_format.ratio(f)} the batch of a grad forward under the same budget.")
     if error:
         out.append(f"The GPU estimate could not run ({error}); measure on a GPU instead: "
                    "`batch.largest_batch(model, mode, budget, 'cuda', method='search', inputs=...)`.")
