@@ -35,6 +35,7 @@ checks (:data:`nogradlab.claims.runcache.RUN`; :func:`new_run` forgets them).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import random
@@ -115,8 +116,25 @@ class Claim:
 
     ``paraphrase`` is our words, never the article's; ``figure`` the article's figure as it gives it
     (None when it gives none); ``rule`` the verdict rule; ``basis`` one of :data:`BASES`; ``key_chart`` a (title,
-    caption) pair when the report shows that figure among its key charts. ``measure``, ``judge`` and
-    ``draw`` are registered with the :meth:`measures`, :meth:`judges` and :meth:`draws` decorators."""
+    caption) pair when the report shows that figure among its key charts, ``chart_rank`` its place among
+    them (0 leads the report, above the columns). ``measure``, ``judge`` and ``draw`` are registered with
+    the :meth:`measures`, :meth:`judges` and :meth:`draws` decorators.
+
+    What generic code asks of a claim, declared with it (never by its id elsewhere):
+
+    * ``tiny_cpu_threads``: torch's CPU thread count while its check runs in a tiny CPU run (1 for the
+      checks that time or trace models: on a shared two-core machine a second OpenMP thread makes every
+      call several times slower and noisier; bytes do not depend on it), restored afterwards; None
+      leaves torch's.
+    * ``estimates_at``: the scale of the article-sized estimates its check makes (``"full"``), whatever
+      the run's scale; None for a claim that makes none.
+    * ``speedup_edges(workload)``: the speedups over grad at which its own rule changes its reading of a
+      no_grad case of a shared forward condition (None: its reading is not such a band);
+      ``stop_edges(workload)``: the speedups a shared forward condition's rounds must decide for it.
+    * ``shared_readings(values, protocol)``: yields ``(quantity key, value, interval)`` of the physical
+      quantities several claims read (:func:`nogradlab.claims.evidence.readings`).
+    * ``with_cost(values, seconds)``: its measurements with the cost of entering and leaving no_grad
+      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`)."""
 
     id: str
     section: str
@@ -127,6 +145,13 @@ class Claim:
     rule: "Rule | None" = None
     basis: str = "here"
     key_chart: "tuple | None" = None
+    chart_rank: int = 99
+    tiny_cpu_threads: "int | None" = None
+    estimates_at: "str | None" = None
+    speedup_edges: object = field(default=None, repr=False, compare=False)
+    stop_edges: object = field(default=None, repr=False, compare=False)
+    shared_readings: object = field(default=None, repr=False, compare=False)
+    with_cost: object = field(default=None, repr=False, compare=False)
     measure: object = field(default=None, repr=False, compare=False)
     judge: object = field(default=None, repr=False, compare=False)
     draw: object = field(default=None, repr=False, compare=False)
@@ -135,7 +160,19 @@ class Claim:
         """Decorator: ``fn(ctx: Context) -> dict`` measures this claim."""
         if self.measure is not None:
             raise RuntimeError(f"claim {self.id} has two checks")
-        self.measure = fn
+        threads = self.tiny_cpu_threads
+        if threads is None:
+            self.measure = fn
+            return fn
+
+        @functools.wraps(fn)
+        def run(ctx):
+            from nogradlab.estimate.sweep import _torch_threads
+
+            with _torch_threads(threads if ctx.quick else None):
+                return fn(ctx)
+
+        self.measure = run
         return fn
 
     def judges(self, fn):
@@ -160,8 +197,11 @@ _LOADED = False
 
 
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
-            figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None) -> Claim:
-    """Declare a claim (once, in its notebook's check module) and return it."""
+            figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None,
+            chart_rank: int = 99, tiny_cpu_threads: "int | None" = None, estimates_at: "str | None" = None,
+            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None) -> Claim:
+    """Declare a claim (once, in its notebook's check module) and return it. The keyword arguments
+    after ``key_chart`` are what generic code asks of the claim (:class:`Claim`)."""
     if id in _CLAIMS:
         raise RuntimeError(f"claim {id} is declared twice")
     if kind not in KINDS:
@@ -170,7 +210,13 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
         raise ValueError(f"claim {id}: basis {basis!r}; allowed: {', '.join(BASES)}")
     if not isinstance(rule, Rule):
         raise TypeError(f"claim {id}: rule must be a nogradlab.claims.rules.Rule")
-    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart)
+    if tiny_cpu_threads is not None and (isinstance(tiny_cpu_threads, bool) or not isinstance(tiny_cpu_threads, int)
+                                         or tiny_cpu_threads < 1):
+        raise ValueError(f"claim {id}: tiny_cpu_threads {tiny_cpu_threads!r}; allowed: a positive int or None")
+    if estimates_at is not None and estimates_at not in _workloads.SCALES:
+        raise ValueError(f"claim {id}: estimates_at {estimates_at!r}; allowed: {', '.join(_workloads.SCALES)} or None")
+    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
+              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost)
     _CLAIMS[id] = c
     return c
 
@@ -280,6 +326,11 @@ class Context:
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
+
+    @property
+    def quick(self) -> bool:
+        """A tiny CPU run: single-threaded checks (:attr:`Claim.tiny_cpu_threads`), few rounds, small sweeps."""
+        return not self.on_gpu and self.scale == "tiny"
 
     @property
     def reference(self) -> bool:
@@ -734,11 +785,6 @@ def _jsonable(o):
     except ImportError:
         pass
     return repr(o)
-
-
-def claim_check(claim_id: str):
-    """Decorator registering ``fn(ctx) -> dict`` as the check (measurements) of a declared claim."""
-    return get(claim_id).measures
 
 
 def _where_text(m: Measurements) -> str:

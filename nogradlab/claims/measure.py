@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import math
 import re
 
@@ -46,7 +45,6 @@ import torch
 
 
 from nogradlab.core import memory, modes, timing, workloads
-from nogradlab.claims import claim_check
 
 from nogradlab.claims.rules import MIN_BOOTSTRAP_ROUNDS, RULES
 from nogradlab.claims import runcache as _runcache
@@ -276,22 +274,6 @@ def _names(ctx) -> list:
 def _batches(ctx, key: str, default) -> list:
     """``ctx.params[key]`` (default ``default``) as positive ints, checked before any work."""
     return [workloads.check_batch(b) for b in (ctx.params.get(key) or default)]
-
-
-def _check(claim_id: str):
-    """``claim_check`` with one torch CPU thread on tiny CPU runs (see :func:`_knobs`: on a shared
-    two-core machine a second OpenMP thread makes every call several times slower and noisier;
-    bytes do not depend on it). The thread count is restored afterwards."""
-    def deco(fn):
-        @functools.wraps(fn)
-        def run(ctx):
-            with _torch_threads(1 if _quick(ctx) else None):
-                return fn(ctx)
-
-        claim_check(claim_id)(run)
-        return fn
-
-    return deco
 
 
 # --------------------------------------------------------------------------------------------

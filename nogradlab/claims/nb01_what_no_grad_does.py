@@ -16,7 +16,7 @@ from nogradlab.core import workloads
 from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
-from nogradlab.claims.measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
+from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch
@@ -193,6 +193,7 @@ def judge_c06(m, rule):
 
 C03 = declare(
     "C03", section='1', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='wrapping inference in no_grad cuts its runtime',
     figure='20-40 %',
     rule=Rule("Per workload x batch, time saved = 1 - t(no_grad forward)/t(grad forward), eval mode, one "
@@ -204,7 +205,7 @@ C03 = declare(
               band=Band("range", 0.20, 0.40), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C03")
+@C03.measures
 def c03(ctx):
     """Grad vs no_grad forward of each workload (model in eval mode in both) at two batch sizes,
     from the shared timing of each condition (:func:`forward_condition`). For the transformer the

@@ -18,7 +18,7 @@ from nogradlab.core import workloads
 from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
-from nogradlab.claims.measure import _batches, _check, estimate_row, param_bytes
+from nogradlab.claims.measure import _batches, estimate_row, param_bytes
 from nogradlab.claims.probes import _max_abs_diff, _tracking, _workload
 from nogradlab.claims.rules import Band, Rule, proxy_text, verdict_of
 from nogradlab.claims.searches import GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches
@@ -206,6 +206,7 @@ def judge_c11(m, rule):
 
 C08 = declare(
     "C08", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='what backward keeps is the largest share of GPU memory in training',
     figure=None,
     rule=Rule("Per workload at the article's model sizes and two batches (1 and the default), the "
@@ -215,7 +216,7 @@ C08 = declare(
               "(the crossover batch says where)."))
 
 
-@_check("C08")
+@C08.measures
 def c08(ctx):
     """Activation (saved-for-backward) bytes of one training step vs parameter + gradient +
     SGD-momentum bytes, per workload at the article's sizes (estimate on a virtual CUDA device),

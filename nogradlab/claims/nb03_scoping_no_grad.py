@@ -11,7 +11,7 @@ from nogradlab.core import memory
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare, number
-from nogradlab.claims.measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
+from nogradlab.claims.measure import _build, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from nogradlab.claims.probes import _workload
 from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, read_conditions
 from nogradlab.claims.searches import _quick
@@ -221,6 +221,7 @@ def _val_loop(model, batches, scope: str):
 
 C13 = declare(
     "C13", section='3', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='one no_grad around the whole validation loop gives about 30 % more throughput than no_grad around each call',
     figure='~30 %',
     rule=Rule("The survey behind it cannot be checked; the mechanism bounds the figure for every loop of the "
@@ -235,7 +236,7 @@ C13 = declare(
               band=Band("about", 0.30), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C13")
+@C13.measures
 def c13(ctx):
     """The same validation loop with no_grad around the whole loop, around each batch, and nested
     redundantly per batch; the smallest workload (mlp) so that a per-batch cost weighs the most:

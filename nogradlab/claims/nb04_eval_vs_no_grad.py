@@ -16,7 +16,7 @@ from nogradlab.core import modes
 from nogradlab.core import workloads
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, declare, format_saved, number
-from nogradlab.claims.measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
+from nogradlab.claims.measure import _build, _pct, _samples_note, _speed_batch, forward_condition
 from nogradlab.claims.probes import _OpRecorder, _max_abs_diff, _tracking
 from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, proxy_text, read_conditions, readings_text
 from nogradlab.claims.searches import _quick
@@ -185,6 +185,7 @@ def _dropout_classifier(device, seed):
 
 C16 = declare(
     "C16", section='4', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='eval() alone cut metric variability by about 7 %',
     figure='~7 %',
     rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns dropout off) is "
@@ -194,7 +195,7 @@ C16 = declare(
               band=Band("about", 0.07)))
 
 
-@_check("C16")
+@C16.measures
 def c16(ctx):
     """Accuracy of one fixed model on one fixed data set over repeated runs (a different RNG state
     each run), in train mode (dropout active) and eval mode; also train mode under no_grad with
@@ -251,6 +252,7 @@ def judge_c16(m, rule):
 
 C17 = declare(
     "C17", section='4', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='adding no_grad to eval cut validation time by about 35 % with the same accuracy',
     figure='~35 %',
     rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward (the "
@@ -261,7 +263,7 @@ C17 = declare(
               band=Band("about", 0.35), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C17")
+@C17.measures
 def c17(ctx):
     """An eval-mode validation loop (ResNet-50 by default), grad on vs no_grad. Its speed is the
     shared forward timing of (workload, scale, batch, device) (:func:`forward_condition`: a loop

@@ -15,7 +15,7 @@ from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, estimate_validation
-from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
+from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import _quick, shared_largest_batch
 from nogradlab.claims import runcache as _runcache
@@ -49,6 +49,7 @@ _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the wei
 
 C18 = declare(
     "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     key_chart=("C18: peak memory against batch size",
                "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
     paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
@@ -64,7 +65,7 @@ C18 = declare(
               band=Band("range", 0.20, 0.40)))
 
 
-@_check("C18")
+@C18.measures
 def c18(ctx):
     """Peak memory of a forward pass, grad vs no_grad (eval mode in both), for the feed-forward
     workloads (mlp, resnet50, unet: no recurrent connections; the transformer is C19's): real
@@ -241,6 +242,7 @@ def _grows(rows) -> bool:
 
 C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='for transformers the saving per token is smaller but grows with sequence length',
     figure=None,
     rule=Rule("The memory saved by no_grad (grad vs no_grad forward, totals) is read per series of full-size "
@@ -256,7 +258,7 @@ C19 = declare(
               "fixed weights weigh less). A tiny real run is shown 'on your machine', never deciding."))
 
 
-@_check("C19")
+@C19.measures
 def c19(ctx):
     """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
     per token is the saved-for-backward bytes per token. Knobs: ``seq_lens`` (two or more)."""
@@ -335,6 +337,7 @@ def judge_c19(m, rule):
 
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     key_chart=("C19/C21: memory saved against sequence length",
                "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
     paraphrase='at long sequences the memory saving can exceed 40 %',
@@ -347,7 +350,7 @@ C21 = declare(
               band=Band("at least", 0.40)))
 
 
-@_check("C21")
+@C21.measures
 def c21(ctx):
     """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
     sw = _seq_sweep(ctx)
@@ -418,6 +421,7 @@ def _fmt_band(band, kind) -> str:
 
 C20 = declare(
     "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     key_chart=("C20: the article's table, measured",
                "Grey: the article's band (16 GB GPU); blue: training step vs eval + no_grad forward."),
     paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
@@ -432,7 +436,7 @@ C20 = declare(
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C20")
+@C20.measures
 def c20(ctx):
     """Every cell of the article's table, per workload:
 

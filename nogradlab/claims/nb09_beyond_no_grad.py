@@ -11,7 +11,7 @@ import torch
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare
-from nogradlab.claims.measure import _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
+from nogradlab.claims.measure import _beats, _build, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
 from nogradlab.claims.probes import _error_text
 from nogradlab.claims.rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
 from nogradlab.claims import runcache as _runcache
@@ -144,6 +144,7 @@ def _compiled_timing(ctx, name, batch) -> tuple:
 
 X05 = declare(
     "X05", section='beyond', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
     figure=None,
     rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode, 95 % CIs, at "
@@ -153,7 +154,7 @@ X05 = declare(
               "reference GPU's measurements decide." + SELF_CONTRADICTION, threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
 
 
-@_check("X05")
+@X05.measures
 def x05(ctx):
     """Per workload and batch, the shared forward timing (:func:`forward_condition`): grad (the
     baseline), no_grad, inference_mode, and levers on top of no_grad: autocast (bf16 on CPU;
