@@ -964,26 +964,6 @@ def _aged(scope: dict, meta: dict) -> dict:
     return scope
 
 
-def _substituted(claim_id: str, values: dict, seconds: float) -> "dict | None":
-    """``values`` with the cost of entering and leaving no_grad read as ``seconds`` (and what the judge
-    derives from it scaled alike), for the claims that read that cost (C12, C13); None for others."""
-    import copy
-
-    v = copy.deepcopy(values)
-    if claim_id == "C12":
-        f = seconds / v["enter_exit"]["median"]
-        v["enter_exit"]["median"] = seconds
-        v["nested_enter_exit"]["median"] *= f  # the nested cost is the same mechanism: scaled with it
-        v["cost_ratio_nested_vs_forward"] *= f
-        return v
-    if claim_id == "C13":
-        f = seconds / v["enter_exit_s"]
-        v["enter_exit_s"] = seconds
-        v["predicted_gain_from_context_cost"] *= f
-        return v
-    return None
-
-
 def _workload_of(condition) -> str:
     return str(condition).split("@")[0].split(" ")[0].split(",")[0]
 
@@ -991,8 +971,8 @@ def _workload_of(condition) -> str:
 def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conflicts: list) -> tuple:
     """``(verdict or None, words)``: what a column that contradicts itself on ``conflicts`` still decides
     of the claim. A time-saving conflict makes the conditions of its workload(s) unresolved and the
-    conditions are aggregated again (:func:`rules.verdict_of`); a conflicting cost (C12, C13) is read with
-    each of its values. The verdict stands only when no reading in the conflict could change it (for
+    conditions are aggregated again (:func:`rules.verdict_of`); a conflicting cost (a claim that declares ``with_cost``) is read
+    with each of its values. The verdict stands only when no reading in the conflict could change it (for
     conditions: when treating them as agreeing or as disagreeing gives the same word, or when the others
     already disagree, which the aggregate rule reads "does not hold" whatever unresolved ones beside them
     say); otherwise None (needs re-measuring)."""
@@ -1007,9 +987,9 @@ def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conf
         found = {}
         for value in c.get("values") or ():
             try:
-                v = _substituted(claim.id, m.values, value)
-                if v is None:
+                if claim.with_cost is None:
                     return None, ""
+                v = claim.with_cost(m.values, value)
                 jv = _judge(claim, Measurements(v, m.device, m.scale, m.torch, protocol=m.protocol))
             except Exception:  # noqa: BLE001 - a reading the judge cannot take decides nothing
                 return None, ""

@@ -46,6 +46,7 @@ import torch
 
 from nogradlab.core import memory, modes, timing, workloads
 
+import nogradlab.claims as claims_registry
 from nogradlab.claims.rules import MIN_BOOTSTRAP_ROUNDS, RULES
 from nogradlab.claims import runcache as _runcache
 from nogradlab.estimate.sweep import accounting, with_seq_len, estimate_row, estimate_sweep, measure_forward, memory_saved, param_bytes, _torch_threads, _estimate_cached  # noqa: F401 (the checks import them from here)
@@ -143,21 +144,6 @@ def _pct_ci(t) -> str:
     return f"no clear difference (noisy): {text}" if t[1] < 0 < t[2] else text
 
 
-def _claim_speedup_edges(claim_id: str, workload: str) -> "list | None":
-    """The speedups over grad at which ``claim_id``'s own rule changes its reading of a no_grad case of a
-    forward condition (C03 and C17: their bands of time saved; C20: the workload's band of throughput
-    gain), or None for a claim whose reading is not a band of the no_grad case alone."""
-    if claim_id in ("C03", "C17"):
-        lo, hi = RULES[claim_id].band.edges
-        return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
-    if claim_id == "C20":
-        if workload not in ARTICLE_TABLE:
-            return []
-        a, b = ARTICLE_TABLE[workload]["speed"]
-        return [1.0 + a, 1.0 + b]
-    return None
-
-
 def _open_for(claim_id: str, c) -> bool:
     """Whether a condition whose rounds stopped before they decided (time budget, most rounds) leaves
     ``claim_id``'s own reading open: a no_grad case's interval straddles one of the claim's own edges.
@@ -166,7 +152,8 @@ def _open_for(claim_id: str, c) -> bool:
     cmp = c.comparison
     if cmp is None or cmp.decided:
         return False
-    edges = _claim_speedup_edges(claim_id, c.workload)
+    reads = claims_registry.get(claim_id).speedup_edges
+    edges = reads(c.workload) if reads is not None else None
     if edges is None:
         return True
     for case in _EDGE_CASES:
@@ -430,16 +417,15 @@ _EDGE_CASES = ("no_grad", "no_grad (fast path off)")
 
 def _condition_edges(name: str) -> list:
     """The speedups (over grad) at which a rule reading a no_grad case of a forward condition of
-    workload ``name`` changes its answer: 1 (faster or not: C17), C03's band of time saved and C20's
-    band of throughput gain for the workload. The condition's rounds go on until no interval of a
-    case in :data:`_EDGE_CASES` straddles one of them (:func:`nogradlab.timing.resolves`): a lever's
-    interval next to grad's decides nothing (an autocast lever as fast as grad on a CPU kept every
-    tiny condition running to its time budget)."""
-    lo, hi = RULES["C03"].band.edges
-    edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
-    if name in ARTICLE_TABLE:
-        a, b = ARTICLE_TABLE[name]["speed"]
-        edges |= {1.0 + a, 1.0 + b}
+    workload ``name`` changes its answer: every claim's declared ``stop_edges`` (whether it is faster at
+    all, a band of time saved, the article's band of throughput gain for the workload). The condition's
+    rounds go on until no interval of a case in :data:`_EDGE_CASES` straddles one of them
+    (:func:`nogradlab.timing.resolves`): a lever's interval next to grad's decides nothing (an autocast
+    lever as fast as grad on a CPU kept every tiny condition running to its time budget)."""
+    edges = set()
+    for c in claims_registry.all_claims():
+        if c.stop_edges is not None:
+            edges.update(c.stop_edges(name))
     return sorted(edges)
 
 

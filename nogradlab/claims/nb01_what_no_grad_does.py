@@ -16,6 +16,7 @@ from nogradlab.core import workloads
 from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
+from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
@@ -191,9 +192,29 @@ def judge_c06(m, rule):
                      f"product outside has grad_fn {control['grad_fn']}.")
 
 
+def _c03_speedup_edges(workload) -> list:
+    """The speedups over grad at which C03's band of time saved changes its reading (any workload)."""
+    lo, hi = C03.rule.band.edges
+    return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
+
+
+def _c03_stop_edges(workload) -> list:
+    """A shared forward condition's rounds go on until they decide C03's band of time saved."""
+    lo, hi = C03.rule.band.edges
+    return [1.0 / (1.0 - lo), 1.0 / (1.0 - hi)]
+
+
+def _c03_readings(v, protocol=None):
+    """C03's readings of no_grad's time saving per workload, batch and case (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        k = _ev.key_saving(r.get("workload"), r.get("batch"), r.get("case"))
+        yield k, _ev.num(r.get("time_saved")), _ev.ci(r.get("time_saved_ci"))
+
+
 C03 = declare(
     "C03", section='1', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    speedup_edges=_c03_speedup_edges, stop_edges=_c03_stop_edges, shared_readings=_c03_readings,
     paraphrase='wrapping inference in no_grad cuts its runtime',
     figure='20-40 %',
     rule=Rule("Per workload x batch, time saved = 1 - t(no_grad forward)/t(grad forward), eval mode, one "

@@ -286,6 +286,7 @@ C09_FIGURE = 2.5
 
 C09 = declare(
     "C09", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    chart_rank=1,
     key_chart=("C09: largest batch under the article's 12 GiB",
                "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
     paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',

@@ -15,6 +15,7 @@ from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, estimate_validation
+from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import _quick, shared_largest_batch
@@ -50,6 +51,7 @@ _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the wei
 C18 = declare(
     "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    chart_rank=2,
     key_chart=("C18: peak memory against batch size",
                "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
     paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
@@ -338,6 +340,7 @@ def judge_c19(m, rule):
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    chart_rank=3,
     key_chart=("C19/C21: memory saved against sequence length",
                "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
     paraphrase='at long sequences the memory saving can exceed 40 %',
@@ -419,9 +422,33 @@ def _fmt_band(band, kind) -> str:
     return (f"{band[0]:.0%}-{band[1]:.0%}" if kind == "pct" else f"{band[0]:.1f}-{band[1]:.1f}x")
 
 
+def _c20_speedup_edges(workload) -> list:
+    """The speedups over grad at which the article's band of throughput gain for ``workload`` changes
+    C20's reading (none for a workload outside the article's table)."""
+    if workload not in ARTICLE_TABLE:
+        return []
+    a, b = ARTICLE_TABLE[workload]["speed"]
+    return [1.0 + a, 1.0 + b]
+
+
+def _c20_readings(v, protocol=None):
+    """C20's readings of no_grad's time saving per workload at its speed batch (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        if "speed_case" in r:  # protocol 2: forward against forward, with its interval
+            g = _ev.num(r.get("speed_gain"))
+            ci = _ev.ci(r.get("speed_gain_ci"))
+            yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
+                   _ev.saving(1 + g) if g is not None else None,
+                   _ev.saving_ci([1 + x for x in ci]) if ci else None)
+        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
+        # so it is not read here (a point beside intervals cannot contradict them honestly)
+
+
 C20 = declare(
     "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed",
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    speedup_edges=_c20_speedup_edges, stop_edges=_c20_speedup_edges, shared_readings=_c20_readings,
+    chart_rank=0,  # leads the report, above the columns
     key_chart=("C20: the article's table, measured",
                "Grey: the article's band (16 GB GPU); blue: training step vs eval + no_grad forward."),
     paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',

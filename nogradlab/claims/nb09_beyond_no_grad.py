@@ -11,6 +11,7 @@ import torch
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare
+from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _beats, _build, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
 from nogradlab.claims.probes import _error_text
 from nogradlab.claims.rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
@@ -142,9 +143,23 @@ def _compiled_timing(ctx, name, batch) -> tuple:
     return _runcache.shared(key, make)
 
 
+def _x05_readings(v, protocol=None):
+    """X05's readings of no_grad's time saving (its speedups of the no_grad cases) per workload and
+    batch (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        sp, ci = r.get("speedup"), r.get("ci")
+        if not isinstance(sp, dict):
+            continue
+        for case in ("no_grad", "no_grad (fast path off)"):
+            if case in sp:
+                yield (_ev.key_saving(r.get("workload"), r.get("batch"), case), _ev.saving(sp[case]),
+                       _ev.saving_ci(ci.get(case) if isinstance(ci, dict) else None))
+
+
 X05 = declare(
     "X05", section='beyond', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    shared_readings=_x05_readings,
     paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
     figure=None,
     rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode, 95 % CIs, at "
