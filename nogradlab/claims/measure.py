@@ -6,7 +6,7 @@ several of them read is measured here, once:
 * **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
   once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
   one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
-  recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.claims.runcache.RUN`). A claim that
+  recorded) and read by every speed claim alike (:data:`nogradlab.claims.runcache.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds in a random order, a signed-rank CI
@@ -409,9 +409,9 @@ class Condition:
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None}
 
 
-#: the cases of a forward condition read against edges over grad (C03, C17, C20, C12's forward rows); the
-#: levers (inference_mode, autocast, channels_last) are read against no_grad instead (X01 shows its
-#: ratio, X05 ties the levers whose intervals overlap no_grad's), by no edge over grad
+#: the cases of a forward condition read against edges over grad (a claim's declared ``speedup_edges`` and
+#: ``stop_edges``); the levers (inference_mode, autocast, channels_last) are read against no_grad instead,
+#: by no edge over grad
 _EDGE_CASES = ("no_grad", "no_grad (fast path off)")
 
 
@@ -433,7 +433,7 @@ def forward_condition(ctx, name: str, batch: int) -> Condition:
     """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
     measured once per run (:data:`nogradlab.claims.runcache.RUN`) with one protocol (warm-up, CUDA sync,
     interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
-    recorded) and reused by every check asking for it (C03, C17, C20, C23, X01, X05)."""
+    recorded) and reused by every check asking for it."""
     knobs = _knobs(ctx)
     key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
            tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
@@ -470,17 +470,9 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
                      dict(state, threads=knobs["num_threads"] or torch.get_num_threads()), skipped, key)
 
 
-# --------------------------------------------------------------------------------------------
-# C03: runtime cut by no_grad
-
-
-# --------------------------------------------------------------------------------------------
-# C08: is what backward keeps the largest share of training memory?
-
-
 def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
     """One ``with torch.no_grad(): pass`` (entered from grad mode, or ``nested`` inside another
-    no_grad): measured once per run and shared by C12 and C13."""
+    no_grad): measured once per run and shared by the claims that read that cost."""
     k = _knobs(ctx)
     key = ("no_grad enter+exit", bool(nested), str(ctx.device), k["min_run_time"], k["num_threads"])
 
@@ -496,38 +488,6 @@ def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
                                   label="enter+exit no_grad" + (" inside no_grad" if nested else ""))
 
     return _runcache.shared(key, make)
-
-
-# --------------------------------------------------------------------------------------------
-# C13: no_grad scope in a validation loop
-
-
-# --------------------------------------------------------------------------------------------
-# C16: eval() and metric variability
-
-
-# --------------------------------------------------------------------------------------------
-# C17: validation loop, eval only vs eval + no_grad
-
-
-# --------------------------------------------------------------------------------------------
-# C18: feed-forward nets, peak memory
-
-
-# --------------------------------------------------------------------------------------------
-# C19 / C21: transformers and sequence length
-
-
-# --------------------------------------------------------------------------------------------
-# C20: the table
-
-
-# --------------------------------------------------------------------------------------------
-# C23: what the profiler shows
-
-
-# --------------------------------------------------------------------------------------------
-# X05: the bigger levers
 
 
 def _compile_reason(ctx) -> "str | None":
