@@ -51,13 +51,14 @@ from nogradlab.core import memory as _memory
 from nogradlab.core import pipeline as _pipeline
 from nogradlab.core import workloads as _workloads
 from nogradlab.claims.evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
+from nogradlab.claims.params import Params
 from nogradlab.claims.rules import Band, Rule
 from nogradlab.claims import runcache as _runcache
 from nogradlab.core.session import frozen_gc
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
            "NeedsRemeasuring", "JudgeError", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
-           "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
+           "NOTEBOOKS", "results_table", "rule", "new_run", "Params", "format_ratio", "format_saved", "ledger_path",
            "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts",
            "ESTIMATE_VALIDATION", "ESTIMATE_VALIDATIONS", "estimate_validation"]
 
@@ -215,6 +216,8 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
         raise ValueError(f"claim {id}: tiny_cpu_threads {tiny_cpu_threads!r}; allowed: a positive int or None")
     if estimates_at is not None and estimates_at not in _workloads.SCALES:
         raise ValueError(f"claim {id}: estimates_at {estimates_at!r}; allowed: {', '.join(_workloads.SCALES)} or None")
+    if basis in ("estimate", "mixed") and estimates_at is None:
+        raise ValueError(f"claim {id}: basis {basis!r} judges estimates; declare their scale (estimates_at)")
     c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
               estimates_at, speedup_edges, stop_edges, shared_readings, with_cost)
     _CLAIMS[id] = c
@@ -312,12 +315,17 @@ def searched_where(method: str, device: str) -> str:
 
 @dataclass
 class Context:
-    """What a check gets: the resolved device, the scale, a seed, and notebook parameters."""
+    """What a check gets: the resolved device, the scale, a seed, and the notebook's knobs, checked
+    once here (:class:`~nogradlab.claims.params.Params`: a dict is turned into one, refusing an unknown
+    key or a bad value before any work)."""
 
     device: torch.device
     scale: str
     seed: int = 0
-    params: dict = field(default_factory=dict)
+    params: Params = field(default_factory=Params)
+
+    def __post_init__(self):
+        self.params = Params.of(self.params)
 
     @property
     def info(self) -> dict:
@@ -796,10 +804,10 @@ def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
         return dict(j.scope)
     if claim.basis == "estimate":
         return {"basis": "estimated",
-                "text": f"estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}"}
+                "text": f"estimated for a GPU at {claim.estimates_at} size by {estimate_validation(m.protocol)[0]}"}
     if claim.basis == "mixed" and m.on_gpu:  # the speed cells timed here; memory and batch cells are estimates
         return {"basis": "measured", "text": f"{_where_text(m)} (speed); memory and batch estimated for a GPU at "
-                                             f"full size by {estimate_validation(m.protocol)[0]}"}
+                                             f"{claim.estimates_at} size by {estimate_validation(m.protocol)[0]}"}
     return {"basis": "measured", "text": _where_text(m)}
 
 
@@ -1064,7 +1072,8 @@ def _final(claim: Claim, m: Measurements) -> tuple:
                  f"judged by today's rule" if rm is not None else
                  f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
                  f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
-        text = (f"memory and batch: estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}; "
+        text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
+                f"{estimate_validation(m.protocol)[0]}; "
                 f"speed: {speed}"
                 f"; this machine's own timings ({m.label}) shown, not counted")
         scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
@@ -1124,8 +1133,11 @@ def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
 
 def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -> Result:
     """Run one claim's check now, judge it by its rule, and return the result (also appended to the
-    run's ledger when a run is collecting them)."""
+    run's ledger when a run is collecting them). ``params`` are the check's knobs
+    (:data:`nogradlab.claims.params.KNOBS`), checked before any work: an unknown key or a bad value
+    raises ValueError naming the allowed ones."""
     claim = get(claim_id)
+    knobs = Params.of(params)  # an unknown key or a bad value fails here, naming the allowed ones
     dev = _device.resolve(device)
     scale = _workloads.resolve_scale(scale, dev)
     seed = _device.check_seed(seed)
@@ -1142,7 +1154,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     # estimates' caches alive: a sixth of a tiny CPU `claims` run).
     with frozen_gc():
         try:
-            values = claim.measure(Context(dev, scale, seed, dict(params)))
+            values = claim.measure(Context(dev, scale, seed, knobs))
         finally:
             torch.set_grad_enabled(grad)
             _memory.release()  # the check's models and tensors are gone: hand their pages back

@@ -349,6 +349,7 @@ def _larger(a: int, a_capped: bool, b: int, b_capped: bool) -> "bool | None":
 
 C04 = declare(
     "C04", section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated (and searched for real on a GPU) at full size
     paraphrase='no_grad lets larger batches fit in memory',
     figure=None,
     rule=Rule("Per workload and GPU-sized budget (12 GiB, and 16 GiB in a full run), the largest eval+no_grad "
@@ -374,8 +375,9 @@ def c04(ctx):
     budgets = [float(b) for b in ctx.params.get("budgets_gib", default_budgets(ctx))]
     cpu_name = ctx.params.get("cpu_workload", "mlp" if _quick(ctx) else "unet")
     cpu_budget = int(float(ctx.params.get("cpu_budget_mib", 4 if cpu_name == "mlp" else 32)) * MiB)
+    at = C04.estimates_at
     for n in names + [cpu_name]:
-        workloads.get(n, "full")
+        workloads.get(n, at)
     if not budgets or min(budgets) <= 0 or cpu_budget <= 0:
         raise ValueError("budgets_gib and cpu_budget_mib must be positive")
     dev, method = _method(ctx)
@@ -384,18 +386,18 @@ def c04(ctx):
     rows, conditions = [], []
     for name in names:
         for gib in budgets:
-            res = _searches(name, int(gib * GiB), dev, method, max_batch=2 ** 22)
+            res = _searches(name, int(gib * GiB), dev, method, scale=at, max_batch=2 ** 22)
             rows += [_row(r) for r in res.values()]
             if also_estimate:
-                est = _searches(name, int(gib * GiB), dev, "estimate", max_batch=2 ** 22)
+                est = _searches(name, int(gib * GiB), dev, "estimate", scale=at, max_batch=2 ** 22)
                 rows += [_row(r) for r in est.values()]
-            conditions.append(_condition(name, int(gib * GiB), res, method=method, scale="full"))
+            conditions.append(_condition(name, int(gib * GiB), res, method=method, scale=at))
 
     real_check = None
     if names and ctx.on_gpu and _real_search(ctx) == "one":  # its estimate is searched above (shared)
         est = shared_largest_batch(names[0], "eval+no_grad", int(budgets[0] * GiB), dev, method="estimate",
-                                   max_batch=2 ** 22)
-        real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), est)
+                                   scale=at, max_batch=2 ** 22)
+        real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), est, scale=at)
     if real_check is not None:
         est0 = next((r for r in rows if r["workload"] == names[0] and r["mode"] == "eval+no_grad"
                      and r["budget_bytes"] == int(budgets[0] * GiB)), None)
@@ -495,4 +497,4 @@ def judge_c04(m, rule):
 def _figure_c04(ev, device, scale):
     gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # GPU-sized budgets, full-size models
     return plots.largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
-                               device=claims.searched_where(gpu[0]["method"], device), scale="full")
+                               device=claims.searched_where(gpu[0]["method"], device), scale=C04.estimates_at)

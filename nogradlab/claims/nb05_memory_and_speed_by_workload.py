@@ -50,6 +50,7 @@ _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the wei
 
 C18 = declare(
     "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     chart_rank=2,
     key_chart=("C18: peak memory against batch size",
@@ -90,14 +91,14 @@ def c18(ctx):
                          "resident_bytes": g["resident_bytes"], "method": g["method"],
                          "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
         del model
-        full = workloads.get(name, "full").default_batch
+        full = workloads.get(name, C18.estimates_at).default_batch
         # the estimates' sweep: four batches on a CPU at every scale (a verdict from estimates must not change
         # with --scale) and in the GPU reference run; the default batch alone in a learner's GPU run
         fb = _batches(ctx, "full_batches", (full,) if ctx.on_gpu and not ctx.reference
                       else (1, full // 4, full, 4 * full))
-        rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
+        rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"), scale=C18.estimates_at)
         for p in _pairs(rows, "eval+grad", "eval+no_grad"):
-            est.append({"workload": name, "scale": "full", "batch": p["batch"],
+            est.append({"workload": name, "scale": C18.estimates_at, "batch": p["batch"],
                         "grad_total_bytes": p["baseline_total_bytes"],
                         "no_grad_total_bytes": p["case_total_bytes"], "method": "estimate (virtual cuda)",
                         "memory_saved": p["memory_saved"]})
@@ -146,21 +147,23 @@ def judge_c18(m, rule):
                      "full-size conditions.", rows)
 
 
-def _seq_sweep(ctx) -> dict:
+def _seq_sweep(ctx, estimates_at: str) -> dict:
     """Memory saved (eval+grad vs eval+no_grad forward, totals) vs sequence length: real runs of
     the ``ctx.scale`` transformer, and estimates at full size (batch 16) on a virtual CUDA device
-    (math attention) and on the fake CPU device (fused flash attention). Both are exact and
+    (math attention) and on the fake CPU device (fused flash attention), at the claims' declared
+    ``estimates_at`` scale. Both are exact and
     deterministic, so C19 and C21 share one sweep per process."""
     lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
                           (128, 512, 2048) if ctx.on_gpu and not ctx.reference else
                           (128, 256, 512, 1024, 2048, 4096)))
     # the estimates' longer list of sequence lengths: on a CPU at every scale, and in the GPU reference
     reference = ctx.reference or not ctx.on_gpu
-    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference))
+    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference, estimates_at))
 
 
 @functools.lru_cache(maxsize=8)
-def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool = True) -> dict:
+def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool,
+                      estimates_at: str) -> dict:
     dev = torch.device(device)
     quick = dev.type != "cuda" and scale == "tiny"
     wl0, model, _, _ = _build("transformer_base", scale, dev, 1, seed)
@@ -181,7 +184,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference
                      "saved_per_token_bytes": g["saved_bytes"] / (wl.default_batch * L),
                      "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
     del model
-    full_b = workloads.get("transformer_base", "full").default_batch
+    full_b = workloads.get("transformer_base", estimates_at).default_batch
     est = {}
     # with a GPU, the estimate uses whatever kernel this GPU selects; without one, the virtual CUDA
     # device's label is taken from the estimate's own notes (which attention kernel it traced)
@@ -191,7 +194,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference
         variants = {"cuda": ("cuda", (128, 1024, 4096)),
                     "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
     for label, (dev, lens) in variants.items():
-        rows = estimate_sweep("transformer_base", (full_b,), device=dev, seq_lens=lens)
+        rows = estimate_sweep("transformer_base", (full_b,), device=dev, scale=estimates_at, seq_lens=lens)
         if label == "cuda":
             label = _cuda_label(rows)
         grad = {r["seq_len"]: r for r in rows if r["setting"] == "eval+grad"}
@@ -244,6 +247,7 @@ def _grows(rows) -> bool:
 
 C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='for transformers the saving per token is smaller but grows with sequence length',
     figure=None,
@@ -266,7 +270,7 @@ def c19(ctx):
     per token is the saved-for-backward bytes per token. Knobs: ``seq_lens`` (two or more)."""
     if ctx.params.get("seq_lens") and len(ctx.params["seq_lens"]) < 2:
         raise ValueError(f"C19 needs two or more sequence lengths, got seq_lens={ctx.params['seq_lens']!r}")
-    sw = _seq_sweep(ctx)
+    sw = _seq_sweep(ctx, C19.estimates_at)
     series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
                                 **sw["estimated_full_size"]}.items() if v}
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
@@ -339,6 +343,7 @@ def judge_c19(m, rule):
 
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     chart_rank=3,
     key_chart=("C19/C21: memory saved against sequence length",
@@ -356,7 +361,7 @@ C21 = declare(
 @C21.measures
 def c21(ctx):
     """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
-    sw = _seq_sweep(ctx)
+    sw = _seq_sweep(ctx, C21.estimates_at)
     series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
                                 **sw["estimated_full_size"]}.items() if v}
     longest = {k: max(v, key=lambda r: r["seq_len"]) for k, v in series.items()}
@@ -446,6 +451,7 @@ def _c20_readings(v, protocol=None):
 
 C20 = declare(
     "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed",
+    estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     speedup_edges=_c20_speedup_edges, stop_edges=_c20_speedup_edges, shared_readings=_c20_readings,
     chart_rank=0,  # leads the report, above the columns
@@ -484,13 +490,14 @@ def c20(ctx):
     """
     names = _names(ctx)
     do_batch = ctx.params.get("batch_factor", True)
+    at = C20.estimates_at
     rows = []
     for name in names:
         art = ARTICLE_TABLE[name]
-        full_b = workloads.get(name, "full").default_batch
-        tr = estimate_row(name, full_b, "train")
-        ev = estimate_row(name, full_b, "eval+no_grad")
-        gr = estimate_row(name, full_b, "eval+grad")
+        full_b = workloads.get(name, at).default_batch
+        tr = estimate_row(name, full_b, "train", scale=at)
+        ev = estimate_row(name, full_b, "eval+no_grad", scale=at)
+        gr = estimate_row(name, full_b, "eval+grad", scale=at)
         mem = memory_saved(tr["total_peak_bytes"], ev["total_peak_bytes"])
         mem_fwd = memory_saved(gr["total_peak_bytes"], ev["total_peak_bytes"])
 
@@ -512,7 +519,7 @@ def c20(ctx):
             with frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
                 for mode in ("train", "eval+no_grad"):
                     # the search C04 makes for the same workload under 16 GiB (shared in one run)
-                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
+                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale=at,
                                              method="estimate", max_batch=2 ** 22)
                     batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
                                      "notes": r.notes, "capped": bool(getattr(r, "capped", False))}
@@ -528,7 +535,7 @@ def c20(ctx):
                "training_step_vs_no_grad_forward": train_row[0],
                "training_step_vs_no_grad_forward_ci": list(train_row[1:]) if train is not None else None,
                "memory_saved_forward_only": mem_fwd,
-               "parameter_bytes": param_bytes(name, "full"), "grad_forward_total_bytes": gr["total_peak_bytes"],
+               "parameter_bytes": param_bytes(name, at), "grad_forward_total_bytes": gr["total_peak_bytes"],
                "time_saved": c.triple(case)[0],
                "train_total_bytes": tr["total_peak_bytes"], "eval_no_grad_total_bytes": ev["total_peak_bytes"],
                "memory_batch": full_b, "largest_batch": batches, "estimate_notes": sorted(set(tr["notes"] + ev["notes"])),

@@ -26,6 +26,7 @@ import torch
 from nogradlab.estimate import batch as _batch
 from nogradlab.core import memory
 from nogradlab.claims import runcache as _runcache
+from nogradlab.claims.params import REAL_SEARCH
 
 
 
@@ -38,7 +39,6 @@ def _quick(ctx) -> bool:
     return not ctx.on_gpu and ctx.scale == "tiny"
 
 
-REAL_SEARCH = ("none", "one", "all")
 
 
 def _real_search(ctx) -> str:
@@ -61,13 +61,15 @@ def _method(ctx) -> tuple:
     return ("cuda", "estimate")
 
 
-def _one_real_search(ctx, name: str, budget: int, estimate: "_batch.BatchResult | None") -> "dict | None":
-    """With ``real_search="one"`` on a GPU: one real OOM search (eval+no_grad) beside its estimate."""
+def _one_real_search(ctx, name: str, budget: int, estimate: "_batch.BatchResult | None", *,
+                     scale: str = "full") -> "dict | None":
+    """With ``real_search="one"`` on a GPU: one real OOM search (eval+no_grad) beside its estimate, of the
+    model at ``scale`` (the claim's ``estimates_at``)."""
     if not (ctx.on_gpu and _real_search(ctx) == "one"):
         return None
     # the estimate as the secant's second point: the real search starts beside it (same answer, fewer trials)
     hint = estimate.batch if estimate is not None and estimate.batch > 2 else None
-    r = _batch.largest_batch(name, "eval+no_grad", budget, str(ctx.device), scale="full", method="search",
+    r = _batch.largest_batch(name, "eval+no_grad", budget, str(ctx.device), scale=scale, method="search",
                              max_batch=2 ** 22, hint=hint)
     out = {"workload": name, "mode": "eval+no_grad", "budget_bytes": budget, "real": _row(r)}
     if estimate is not None:
