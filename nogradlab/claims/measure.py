@@ -237,9 +237,18 @@ def _train_fn(wl, model, x, y):
     return fn
 
 
+def resolve(ctx, workload) -> workloads.Workload:
+    """``workload`` resolved once: a :class:`~nogradlab.core.workloads.Workload` as it is, a name looked
+    up (and checked) at ``ctx.scale``. Pass the result down: its :attr:`~Workload.key` keys the caches."""
+    if isinstance(workload, workloads.Workload):
+        return workload
+    return workloads.get(workload, ctx.scale)
+
+
 def _build(name, scale, device, batch, seed):
-    """(workload, model in eval mode, input batch, target) with a seeded initialisation."""
-    wl = workloads.get(name, scale)
+    """(workload, model in eval mode, input batch, target) with a seeded initialisation; ``name`` may be
+    a resolved Workload (``scale`` is then its own)."""
+    wl = name if isinstance(name, workloads.Workload) else workloads.get(name, scale)
     torch.manual_seed(seed)
     model = wl.build(device).eval()
     return wl, model, wl.make_input(batch, device), wl.make_target(batch, device)
@@ -310,7 +319,7 @@ _CL_QUICK_NOTE = ("not timed in a tiny CPU run (a copy of the model in channels_
                   "kernel its weights again; notebook 09 times it by hand); timed at small and full scale")
 
 
-def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
+def _lever_settings(ctx, workload, batch: "int | None" = None) -> list:
     """Every forward setting timed in one condition, whichever check asks first (so that each
     number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
     no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
@@ -321,10 +330,12 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     the condition, never on which check asks. torch.compile is X05's own quantity
     (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
     should pay."""
+    wl = resolve(ctx, workload)
+    name = wl.name
     out = ["grad", "no_grad"]
     if name == "transformer_base":
         out.append("no_grad (fast path off)")
-    if batch is not None and batch not in _lever_batches(ctx, workloads.get(name, ctx.scale)):
+    if batch is not None and batch not in _lever_batches(ctx, wl):
         return out
     out.append("inference_mode")
     learner_gpu = ctx.device.type == "cuda" and not ctx.reference
@@ -429,25 +440,28 @@ def _condition_edges(name: str) -> list:
     return sorted(edges)
 
 
-def forward_condition(ctx, name: str, batch: int) -> Condition:
-    """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
+def forward_condition(ctx, workload, batch: int) -> Condition:
+    """The shared forward timing of (``workload``: a name at ``ctx.scale`` or a resolved Workload,
+    ``batch``, ``ctx.device``), keyed on the workload's :attr:`~nogradlab.core.workloads.Workload.key`:
     measured once per run (:data:`nogradlab.claims.runcache.RUN`) with one protocol (warm-up, CUDA sync,
     interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
     recorded) and reused by every check asking for it."""
+    wl = resolve(ctx, workload)
     knobs = _knobs(ctx)
-    key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
-           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
-    return _runcache.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
+    key = ("forward", wl.key, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, wl, int(batch))))
+    return _runcache.shared(key, lambda: _measure_condition(ctx, wl, int(batch), knobs, key))
 
 
-def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
-    settings = _lever_settings(ctx, name, batch)
+def _measure_condition(ctx, wl, batch, knobs, key) -> Condition:
+    name = wl.name
+    settings = _lever_settings(ctx, wl, batch)
     skipped = {}
     if name not in CNNS:
         skipped["channels_last"] = "not a convolutional network"
     elif _quick(ctx):
         skipped["channels_last"] = _CL_QUICK_NOTE
-    wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+    wl, model, x, _ = _build(wl, wl.scale, ctx.device, batch, ctx.seed)
     holder, cases = {}, {}
     try:
         for s in settings:
@@ -466,7 +480,7 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
         del model, x, holder
         if ctx.on_gpu:
             torch.cuda.empty_cache()
-    return Condition(name, ctx.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
+    return Condition(name, wl.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
                      dict(state, threads=knobs["num_threads"] or torch.get_num_threads()), skipped, key)
 
 

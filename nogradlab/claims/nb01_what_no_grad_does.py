@@ -17,7 +17,7 @@ from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
 from nogradlab.claims import evidence as _ev
-from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
+from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note, resolve
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch
@@ -234,8 +234,9 @@ def c03(ctx):
     fast path switched off is the bookkeeping saving alone. Knobs: ``workloads``, ``batches``."""
     rows, conditions = [], []
     for name in _names(ctx):
-        for b in _speed_batches(ctx, workloads.get(name, ctx.scale)):
-            c = forward_condition(ctx, name, b)
+        wl = resolve(ctx, name)  # resolved once, passed down
+        for b in _speed_batches(ctx, wl):
+            c = forward_condition(ctx, wl, b)
             if c.comparison is None:
                 continue
             conditions.append(c)

@@ -326,7 +326,7 @@ def c17(ctx):
     # the loop's defaults hold the model too: all of them go before the timing builds its own (a
     # second ResNet-50, 102 MB, beside the first was a quarter of notebook 04's peak)
     del model, xs, loop
-    c = forward_condition(ctx, name, b)
+    c = forward_condition(ctx, wl, b)
     t = c.triple("no_grad")
     return {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": list(t[1:]),
             "grad_ms": c.ms("grad"), "no_grad_ms": c.ms("no_grad"), "rounds": c.comparison.rounds,

@@ -503,7 +503,7 @@ def c20(ctx):
 
         wl = workloads.get(name, ctx.scale)
         b = _speed_batch(ctx, wl)
-        c = forward_condition(ctx, name, b)
+        c = forward_condition(ctx, wl, b)
         case = "no_grad (fast path off)" if "no_grad (fast path off)" in c.settings else "no_grad"
         speed = c.triple(case, "gain")
         speed_fast = c.triple("no_grad", "gain")

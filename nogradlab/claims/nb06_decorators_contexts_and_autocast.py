@@ -345,8 +345,9 @@ def c23(ctx):
         raise ValueError(f"repeats must be >= 1, got {reps}")
     out, forward = {}, []
     for name in ("transformer_base", "mlp"):
-        b = _speed_batches(ctx, workloads.get(name, ctx.scale))[-1]
-        c = forward_condition(ctx, name, b)
+        wl = workloads.get(name, ctx.scale)
+        b = _speed_batches(ctx, wl)[-1]
+        c = forward_condition(ctx, wl, b)
         if c.comparison is not None:
             for case in ("no_grad", "no_grad (fast path off)"):
                 if case in c.settings:
@@ -354,7 +355,7 @@ def c23(ctx):
                     forward.append({"workload": name, "batch": b, "case": case, "time_saved": t[0],
                                     "time_saved_ci": [t[1], t[2]], "grad_ms": c.ms("grad"),
                                     "no_grad_ms": c.ms(case), "rounds": c.comparison.rounds})
-        wl, model, x, y = _build(name, ctx.scale, ctx.device, b, ctx.seed)
+        wl, model, x, y = _build(wl, wl.scale, ctx.device, b, ctx.seed)
         r = reps if name != "mlp" else 10 * reps  # the mlp's ops take microseconds
         fns = {"grad": _forward_fn(model, x, torch.enable_grad), "no_grad": _forward_fn(model, x, torch.no_grad)}
         profs = {mode: _profile(fn, r) for mode, fn in fns.items()}

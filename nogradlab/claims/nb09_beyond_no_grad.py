@@ -60,8 +60,9 @@ def _x01_timing(ctx) -> dict:
     batch (:func:`forward_condition`: the same rounds C03 and X05 read; inference_mode is one of
     its settings there, :func:`nogradlab.claims.measure._lever_settings`). Shown, never judged."""
     name = "mlp"
-    b = _lever_batches(ctx, workloads.get(name, ctx.scale))[0]
-    c = forward_condition(ctx, name, b)
+    wl = workloads.get(name, ctx.scale)
+    b = _lever_batches(ctx, wl)[0]
+    c = forward_condition(ctx, wl, b)
     out = {"workload": name, "batch": b, "source": "shared forward condition (forward_condition)",
            "settings": list(c.settings), "skipped": dict(c.skipped)}
     if c.comparison is None or "inference_mode" not in c.settings:
@@ -186,8 +187,9 @@ def x05(ctx):
     rows, beats = [], {}
     state = {}
     for name in names:
-        for b in _lever_batches(ctx, workloads.get(name, ctx.scale)):
-            c = forward_condition(ctx, name, b)
+        wl = workloads.get(name, ctx.scale)  # resolved once, passed down
+        for b in _lever_batches(ctx, wl):
+            c = forward_condition(ctx, wl, b)
             if c.comparison is None:
                 rows.append({"workload": name, "batch": b, "skipped": c.skipped})
                 continue
@@ -197,7 +199,7 @@ def x05(ctx):
             ci = {k: list(v) for k, v in cmp.ci.items()}
             skipped = dict(c.skipped)
             unpaired = []
-            if b == _speed_batch(ctx, workloads.get(name, ctx.scale)):
+            if b == _speed_batch(ctx, wl):
                 if compile_reason is None:
                     t_comp, why = _compiled_timing(ctx, name, b)
                     if t_comp is None:
