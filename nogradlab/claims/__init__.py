@@ -35,6 +35,7 @@ checks (:data:`nogradlab.claims.runcache.RUN`; :func:`new_run` forgets them).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import random
@@ -51,13 +52,14 @@ from nogradlab.core import memory as _memory
 from nogradlab.core import pipeline as _pipeline
 from nogradlab.core import workloads as _workloads
 from nogradlab.claims.evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
+from nogradlab.claims.params import Params
 from nogradlab.claims.rules import Band, Rule
 from nogradlab.claims import runcache as _runcache
 from nogradlab.core.session import frozen_gc
 
 __all__ = ["VERDICTS", "KINDS", "BASES", "Claim", "Result", "Context", "Measurements", "Judgement",
            "NeedsRemeasuring", "JudgeError", "declare", "ids", "get", "all_claims", "check", "check_all", "judge_entry",
-           "NOTEBOOKS", "results_table", "rule", "new_run", "format_ratio", "format_saved", "ledger_path",
+           "NOTEBOOKS", "results_table", "rule", "new_run", "Params", "format_ratio", "format_saved", "ledger_path",
            "Band", "Rule", "reference_entry", "results_dir", "PROTOCOL", "column_age", "column_conflicts",
            "ESTIMATE_VALIDATION", "ESTIMATE_VALIDATIONS", "estimate_validation"]
 
@@ -116,8 +118,25 @@ class Claim:
 
     ``paraphrase`` is our words, never the article's; ``figure`` the article's figure as it gives it
     (None when it gives none); ``rule`` the verdict rule; ``basis`` one of :data:`BASES`; ``key_chart`` a (title,
-    caption) pair when the report shows that figure among its key charts. ``measure``, ``judge`` and
-    ``draw`` are registered with the :meth:`measures`, :meth:`judges` and :meth:`draws` decorators."""
+    caption) pair when the report shows that figure among its key charts, ``chart_rank`` its place among
+    them (0 leads the report, above the columns). ``measure``, ``judge`` and ``draw`` are registered with
+    the :meth:`measures`, :meth:`judges` and :meth:`draws` decorators.
+
+    What generic code asks of a claim, declared with it (never by its id elsewhere):
+
+    * ``tiny_cpu_threads``: torch's CPU thread count while its check runs in a tiny CPU run (1 for the
+      checks that time or trace models: on a shared two-core machine a second OpenMP thread makes every
+      call several times slower and noisier; bytes do not depend on it), restored afterwards; None
+      leaves torch's.
+    * ``estimates_at``: the scale of the article-sized estimates its check makes (``"full"``), whatever
+      the run's scale; None for a claim that makes none.
+    * ``speedup_edges(workload)``: the speedups over grad at which its own rule changes its reading of a
+      no_grad case of a shared forward condition (None: its reading is not such a band);
+      ``stop_edges(workload)``: the speedups a shared forward condition's rounds must decide for it.
+    * ``shared_readings(values, protocol)``: yields ``(quantity key, value, interval)`` of the physical
+      quantities several claims read (:func:`nogradlab.claims.evidence.readings`).
+    * ``with_cost(values, seconds)``: its measurements with the cost of entering and leaving no_grad
+      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`)."""
 
     id: str
     section: str
@@ -128,6 +147,13 @@ class Claim:
     rule: "Rule | None" = None
     basis: str = "here"
     key_chart: "tuple | None" = None
+    chart_rank: int = 99
+    tiny_cpu_threads: "int | None" = None
+    estimates_at: "str | None" = None
+    speedup_edges: object = field(default=None, repr=False, compare=False)
+    stop_edges: object = field(default=None, repr=False, compare=False)
+    shared_readings: object = field(default=None, repr=False, compare=False)
+    with_cost: object = field(default=None, repr=False, compare=False)
     measure: object = field(default=None, repr=False, compare=False)
     judge: object = field(default=None, repr=False, compare=False)
     draw: object = field(default=None, repr=False, compare=False)
@@ -136,7 +162,19 @@ class Claim:
         """Decorator: ``fn(ctx: Context) -> dict`` measures this claim."""
         if self.measure is not None:
             raise RuntimeError(f"claim {self.id} has two checks")
-        self.measure = fn
+        threads = self.tiny_cpu_threads
+        if threads is None:
+            self.measure = fn
+            return fn
+
+        @functools.wraps(fn)
+        def run(ctx):
+            from nogradlab.estimate.sweep import _torch_threads
+
+            with _torch_threads(threads if ctx.quick else None):
+                return fn(ctx)
+
+        self.measure = run
         return fn
 
     def judges(self, fn):
@@ -161,8 +199,11 @@ _LOADED = False
 
 
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
-            figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None) -> Claim:
-    """Declare a claim (once, in its notebook's check module) and return it."""
+            figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None,
+            chart_rank: int = 99, tiny_cpu_threads: "int | None" = None, estimates_at: "str | None" = None,
+            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None) -> Claim:
+    """Declare a claim (once, in its notebook's check module) and return it. The keyword arguments
+    after ``key_chart`` are what generic code asks of the claim (:class:`Claim`)."""
     if id in _CLAIMS:
         raise RuntimeError(f"claim {id} is declared twice")
     if kind not in KINDS:
@@ -171,7 +212,15 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
         raise ValueError(f"claim {id}: basis {basis!r}; allowed: {', '.join(BASES)}")
     if not isinstance(rule, Rule):
         raise TypeError(f"claim {id}: rule must be a nogradlab.claims.rules.Rule")
-    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart)
+    if tiny_cpu_threads is not None and (isinstance(tiny_cpu_threads, bool) or not isinstance(tiny_cpu_threads, int)
+                                         or tiny_cpu_threads < 1):
+        raise ValueError(f"claim {id}: tiny_cpu_threads {tiny_cpu_threads!r}; allowed: a positive int or None")
+    if estimates_at is not None and estimates_at not in _workloads.SCALES:
+        raise ValueError(f"claim {id}: estimates_at {estimates_at!r}; allowed: {', '.join(_workloads.SCALES)} or None")
+    if basis in ("estimate", "mixed") and estimates_at is None:
+        raise ValueError(f"claim {id}: basis {basis!r} judges estimates; declare their scale (estimates_at)")
+    c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
+              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost)
     _CLAIMS[id] = c
     return c
 
@@ -267,12 +316,17 @@ def searched_where(method: str, device: str) -> str:
 
 @dataclass
 class Context:
-    """What a check gets: the resolved device, the scale, a seed, and notebook parameters."""
+    """What a check gets: the resolved device, the scale, a seed, and the notebook's knobs, checked
+    once here (:class:`~nogradlab.claims.params.Params`: a dict is turned into one, refusing an unknown
+    key or a bad value before any work)."""
 
     device: torch.device
     scale: str
     seed: int = 0
-    params: dict = field(default_factory=dict)
+    params: Params = field(default_factory=Params)
+
+    def __post_init__(self):
+        self.params = Params.of(self.params)
 
     @property
     def info(self) -> dict:
@@ -281,6 +335,11 @@ class Context:
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
+
+    @property
+    def quick(self) -> bool:
+        """A tiny CPU run: single-threaded checks (:attr:`Claim.tiny_cpu_threads`), few rounds, small sweeps."""
+        return not self.on_gpu and self.scale == "tiny"
 
     @property
     def reference(self) -> bool:
@@ -721,11 +780,6 @@ def _jsonable(o):
     return repr(o)
 
 
-def claim_check(claim_id: str):
-    """Decorator registering ``fn(ctx) -> dict`` as the check (measurements) of a declared claim."""
-    return get(claim_id).measures
-
-
 def _where_text(m: Measurements) -> str:
     return f"measured here: {m.label}"
 
@@ -735,10 +789,10 @@ def _scope(claim: Claim, m: Measurements, j: Judgement) -> dict:
         return dict(j.scope)
     if claim.basis == "estimate":
         return {"basis": "estimated",
-                "text": f"estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}"}
+                "text": f"estimated for a GPU at {claim.estimates_at} size by {estimate_validation(m.protocol)[0]}"}
     if claim.basis == "mixed" and m.on_gpu:  # the speed cells timed here; memory and batch cells are estimates
         return {"basis": "measured", "text": f"{_where_text(m)} (speed); memory and batch estimated for a GPU at "
-                                             f"full size by {estimate_validation(m.protocol)[0]}"}
+                                             f"{claim.estimates_at} size by {estimate_validation(m.protocol)[0]}"}
     return {"basis": "measured", "text": _where_text(m)}
 
 
@@ -903,26 +957,6 @@ def _aged(scope: dict, meta: dict) -> dict:
     return scope
 
 
-def _substituted(claim_id: str, values: dict, seconds: float) -> "dict | None":
-    """``values`` with the cost of entering and leaving no_grad read as ``seconds`` (and what the judge
-    derives from it scaled alike), for the claims that read that cost (C12, C13); None for others."""
-    import copy
-
-    v = copy.deepcopy(values)
-    if claim_id == "C12":
-        f = seconds / v["enter_exit"]["median"]
-        v["enter_exit"]["median"] = seconds
-        v["nested_enter_exit"]["median"] *= f  # the nested cost is the same mechanism: scaled with it
-        v["cost_ratio_nested_vs_forward"] *= f
-        return v
-    if claim_id == "C13":
-        f = seconds / v["enter_exit_s"]
-        v["enter_exit_s"] = seconds
-        v["predicted_gain_from_context_cost"] *= f
-        return v
-    return None
-
-
 def _workload_of(condition) -> str:
     return str(condition).split("@")[0].split(" ")[0].split(",")[0]
 
@@ -930,8 +964,8 @@ def _workload_of(condition) -> str:
 def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conflicts: list) -> tuple:
     """``(verdict or None, words)``: what a column that contradicts itself on ``conflicts`` still decides
     of the claim. A time-saving conflict makes the conditions of its workload(s) unresolved and the
-    conditions are aggregated again (:func:`rules.verdict_of`); a conflicting cost (C12, C13) is read with
-    each of its values. The verdict stands only when no reading in the conflict could change it (for
+    conditions are aggregated again (:func:`rules.verdict_of`); a conflicting cost (a claim that declares ``with_cost``) is read
+    with each of its values. The verdict stands only when no reading in the conflict could change it (for
     conditions: when treating them as agreeing or as disagreeing gives the same word, or when the others
     already disagree, which the aggregate rule reads "does not hold" whatever unresolved ones beside them
     say); otherwise None (needs re-measuring)."""
@@ -946,9 +980,9 @@ def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conf
         found = {}
         for value in c.get("values") or ():
             try:
-                v = _substituted(claim.id, m.values, value)
-                if v is None:
+                if claim.with_cost is None:
                     return None, ""
+                v = claim.with_cost(m.values, value)
                 jv = _judge(claim, Measurements(v, m.device, m.scale, m.torch, protocol=m.protocol))
             except Exception:  # noqa: BLE001 - a reading the judge cannot take decides nothing
                 return None, ""
@@ -1023,7 +1057,8 @@ def _final(claim: Claim, m: Measurements) -> tuple:
                  f"judged by today's rule" if rm is not None else
                  f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
                  f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
-        text = (f"memory and batch: estimated for a GPU at full size by {estimate_validation(m.protocol)[0]}; "
+        text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
+                f"{estimate_validation(m.protocol)[0]}; "
                 f"speed: {speed}"
                 f"; this machine's own timings ({m.label}) shown, not counted")
         scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
@@ -1083,8 +1118,11 @@ def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
 
 def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -> Result:
     """Run one claim's check now, judge it by its rule, and return the result (also appended to the
-    run's ledger when a run is collecting them)."""
+    run's ledger when a run is collecting them). ``params`` are the check's knobs
+    (:data:`nogradlab.claims.params.KNOBS`), checked before any work: an unknown key or a bad value
+    raises ValueError naming the allowed ones."""
     claim = get(claim_id)
+    knobs = Params.of(params)  # an unknown key or a bad value fails here, naming the allowed ones
     dev = _device.resolve(device)
     scale = _workloads.resolve_scale(scale, dev)
     seed = _device.check_seed(seed)
@@ -1101,7 +1139,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -
     # estimates' caches alive: a sixth of a tiny CPU `claims` run).
     with frozen_gc():
         try:
-            values = claim.measure(Context(dev, scale, seed, dict(params)))
+            values = claim.measure(Context(dev, scale, seed, knobs))
         finally:
             torch.set_grad_enabled(grad)
             _memory.release()  # the check's models and tensors are gone: hand their pages back

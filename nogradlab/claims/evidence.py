@@ -138,57 +138,19 @@ def _key_saving(workload, batch, case) -> "tuple | None":
     return ("time saving", workload, batch, case or "no_grad")
 
 
-def _from_c03(v, protocol=None):
-    for r in _rows(v):
-        k = _key_saving(r.get("workload"), r.get("batch"), r.get("case"))
-        yield k, _num(r.get("time_saved")), _ci(r.get("time_saved_ci"))
+#: the helpers a claim's ``shared_readings`` (declared in its nbNN module) reads a stored column with
+num, ci, saving, saving_ci, rows, key_saving = _num, _ci, _saving, _saving_ci, _rows, _key_saving
 
 
-def _from_c17(v, protocol=None):
-    if protocol == 1:  # protocol 1 timed a whole validation loop without a sync per batch: a loop that runs
-        return         # ahead of the GPU hides autograd's CPU cost, so it is not a forward's time saving
-    k = _key_saving(v.get("workload"), v.get("batch"), None)
-    yield k, _num(v.get("time_saved")), _ci(v.get("ci"))
+def _reader(claim_id):
+    """The claim's declared ``shared_readings`` (None for a claim that reads no shared quantity, or an
+    id no claim has)."""
+    from nogradlab import claims as _claims
 
-
-def _from_x05(v, protocol=None):
-    for r in _rows(v):
-        sp, ci = r.get("speedup"), r.get("ci")
-        if not isinstance(sp, dict):
-            continue
-        for case in ("no_grad", "no_grad (fast path off)"):
-            if case in sp:
-                yield (_key_saving(r.get("workload"), r.get("batch"), case), _saving(sp[case]),
-                       _saving_ci(ci.get(case) if isinstance(ci, dict) else None))
-
-
-def _from_c20(v, protocol=None):
-    for r in _rows(v):
-        if "speed_case" in r:  # protocol 2: forward against forward, with its interval
-            g = _num(r.get("speed_gain"))
-            yield (_key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
-                   _saving(1 + g) if g is not None else None,
-                   _saving_ci([1 + x for x in _ci(r.get("speed_gain_ci"))]) if _ci(r.get("speed_gain_ci")) else None)
-        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
-        # so it is not read here (a point beside intervals cannot contradict them honestly)
-
-
-def _from_c12(v, protocol=None):
-    ee = v.get("enter_exit")
-    if isinstance(ee, dict):
-        times = [t for t in (_num(x) for x in ee.get("times") or []) if t is not None] \
-            if isinstance(ee.get("times"), list) else []
-        yield (("seconds", "enter+exit no_grad"), _num(ee.get("median")),
-               (min(times), max(times)) if len(times) >= 2 else None)
-
-
-def _from_c13(v, protocol=None):
-    yield ("seconds", "enter+exit no_grad"), _num(v.get("enter_exit_s")), None
-
-
-#: claim id -> a reader of its measurements yielding (quantity key, value, interval or None)
-READERS = {"C03": _from_c03, "C17": _from_c17, "X05": _from_x05, "C20": _from_c20, "C12": _from_c12,
-           "C13": _from_c13}
+    try:
+        return _claims.get(claim_id).shared_readings
+    except ValueError:
+        return None
 
 
 def readings(claims, protocol: "int | None" = None) -> dict:
@@ -197,13 +159,14 @@ def readings(claims, protocol: "int | None" = None) -> dict:
     is the column's (:func:`protocol_of`): what a measurement means depends on it."""
     out: dict = {}
     for e in claims or []:
-        if not isinstance(e, dict) or e.get("id") not in READERS:
+        reader = _reader(e.get("id")) if isinstance(e, dict) and isinstance(e.get("id"), str) else None
+        if reader is None:
             continue
         values = e.get("measurements", e.get("evidence"))
         if not isinstance(values, dict):
             continue
         try:
-            found = list(READERS[e["id"]](values, protocol))
+            found = list(reader(values, protocol))
         except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError):
             continue  # a malformed entry reads nothing (its judge says what it lacks)
         for key, value, ci in found:

@@ -6,7 +6,7 @@ several of them read is measured here, once:
 * **One timing per condition.** A forward timing of (workload, scale, batch, device) is measured
   once per run by :func:`forward_condition` (every setting of :func:`_lever_settings` interleaved,
   one protocol: warm-up, CUDA sync, ``cudnn.benchmark`` on and clocks warmed on CUDA, TF32 state
-  recorded) and read by C03, C17, C20, C23, X01 and X05 alike (:data:`nogradlab.claims.runcache.RUN`). A claim that
+  recorded) and read by every speed claim alike (:data:`nogradlab.claims.runcache.RUN`). A claim that
   needs another quantity (a training step, a compiled model, a validation loop's scope) measures
   it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds in a random order, a signed-rank CI
@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import re
 
 
@@ -46,8 +45,8 @@ import torch
 
 from nogradlab.core import format as _format
 from nogradlab.core import memory, modes, timing, workloads
-from nogradlab.claims import claim_check
 
+import nogradlab.claims as claims_registry
 from nogradlab.claims.rules import MIN_BOOTSTRAP_ROUNDS, RULES
 from nogradlab.claims import runcache as _runcache
 from nogradlab.estimate.sweep import accounting, with_seq_len, estimate_row, estimate_sweep, measure_forward, memory_saved, param_bytes, _torch_threads, _estimate_cached  # noqa: F401 (the checks import them from here)
@@ -145,21 +144,6 @@ def _pct_ci(t) -> str:
     return _format.percent_ci(*t)
 
 
-def _claim_speedup_edges(claim_id: str, workload: str) -> "list | None":
-    """The speedups over grad at which ``claim_id``'s own rule changes its reading of a no_grad case of a
-    forward condition (C03 and C17: their bands of time saved; C20: the workload's band of throughput
-    gain), or None for a claim whose reading is not a band of the no_grad case alone."""
-    if claim_id in ("C03", "C17"):
-        lo, hi = RULES[claim_id].band.edges
-        return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
-    if claim_id == "C20":
-        if workload not in ARTICLE_TABLE:
-            return []
-        a, b = ARTICLE_TABLE[workload]["speed"]
-        return [1.0 + a, 1.0 + b]
-    return None
-
-
 def _open_for(claim_id: str, c) -> bool:
     """Whether a condition whose rounds stopped before they decided (time budget, most rounds) leaves
     ``claim_id``'s own reading open: a no_grad case's interval straddles one of the claim's own edges.
@@ -168,7 +152,8 @@ def _open_for(claim_id: str, c) -> bool:
     cmp = c.comparison
     if cmp is None or cmp.decided:
         return False
-    edges = _claim_speedup_edges(claim_id, c.workload)
+    reads = claims_registry.get(claim_id).speedup_edges
+    edges = reads(c.workload) if reads is not None else None
     if edges is None:
         return True
     for case in _EDGE_CASES:
@@ -252,9 +237,18 @@ def _train_fn(wl, model, x, y):
     return fn
 
 
+def resolve(ctx, workload) -> workloads.Workload:
+    """``workload`` resolved once: a :class:`~nogradlab.core.workloads.Workload` as it is, a name looked
+    up (and checked) at ``ctx.scale``. Pass the result down: its :attr:`~Workload.key` keys the caches."""
+    if isinstance(workload, workloads.Workload):
+        return workload
+    return workloads.get(workload, ctx.scale)
+
+
 def _build(name, scale, device, batch, seed):
-    """(workload, model in eval mode, input batch, target) with a seeded initialisation."""
-    wl = workloads.get(name, scale)
+    """(workload, model in eval mode, input batch, target) with a seeded initialisation; ``name`` may be
+    a resolved Workload (``scale`` is then its own)."""
+    wl = name if isinstance(name, workloads.Workload) else workloads.get(name, scale)
     torch.manual_seed(seed)
     model = wl.build(device).eval()
     return wl, model, wl.make_input(batch, device), wl.make_target(batch, device)
@@ -276,22 +270,6 @@ def _names(ctx) -> list:
 def _batches(ctx, key: str, default) -> list:
     """``ctx.params[key]`` (default ``default``) as positive ints, checked before any work."""
     return [workloads.check_batch(b) for b in (ctx.params.get(key) or default)]
-
-
-def _check(claim_id: str):
-    """``claim_check`` with one torch CPU thread on tiny CPU runs (see :func:`_knobs`: on a shared
-    two-core machine a second OpenMP thread makes every call several times slower and noisier;
-    bytes do not depend on it). The thread count is restored afterwards."""
-    def deco(fn):
-        @functools.wraps(fn)
-        def run(ctx):
-            with _torch_threads(1 if _quick(ctx) else None):
-                return fn(ctx)
-
-        claim_check(claim_id)(run)
-        return fn
-
-    return deco
 
 
 # --------------------------------------------------------------------------------------------
@@ -341,7 +319,7 @@ _CL_QUICK_NOTE = ("not timed in a tiny CPU run (a copy of the model in channels_
                   "kernel its weights again; notebook 09 times it by hand); timed at small and full scale")
 
 
-def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
+def _lever_settings(ctx, workload, batch: "int | None" = None) -> list:
     """Every forward setting timed in one condition, whichever check asks first (so that each
     number is measured once, with one protocol): grad (the baseline), no_grad, the transformer's
     no_grad with its fused fast path switched off, and, at the batches of :func:`_lever_batches`,
@@ -352,10 +330,12 @@ def _lever_settings(ctx, name, batch: "int | None" = None) -> list:
     the condition, never on which check asks. torch.compile is X05's own quantity
     (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
     should pay."""
+    wl = resolve(ctx, workload)
+    name = wl.name
     out = ["grad", "no_grad"]
     if name == "transformer_base":
         out.append("no_grad (fast path off)")
-    if batch is not None and batch not in _lever_batches(ctx, workloads.get(name, ctx.scale)):
+    if batch is not None and batch not in _lever_batches(ctx, wl):
         return out
     out.append("inference_mode")
     learner_gpu = ctx.device.type == "cuda" and not ctx.reference
@@ -440,46 +420,48 @@ class Condition:
                 "comparison": self.comparison.to_dict() if self.comparison is not None else None}
 
 
-#: the cases of a forward condition read against edges over grad (C03, C17, C20, C12's forward rows); the
-#: levers (inference_mode, autocast, channels_last) are read against no_grad instead (X01 shows its
-#: ratio, X05 ties the levers whose intervals overlap no_grad's), by no edge over grad
+#: the cases of a forward condition read against edges over grad (a claim's declared ``speedup_edges`` and
+#: ``stop_edges``); the levers (inference_mode, autocast, channels_last) are read against no_grad instead,
+#: by no edge over grad
 _EDGE_CASES = ("no_grad", "no_grad (fast path off)")
 
 
 def _condition_edges(name: str) -> list:
     """The speedups (over grad) at which a rule reading a no_grad case of a forward condition of
-    workload ``name`` changes its answer: 1 (faster or not: C17), C03's band of time saved and C20's
-    band of throughput gain for the workload. The condition's rounds go on until no interval of a
-    case in :data:`_EDGE_CASES` straddles one of them (:func:`nogradlab.timing.resolves`): a lever's
-    interval next to grad's decides nothing (an autocast lever as fast as grad on a CPU kept every
-    tiny condition running to its time budget)."""
-    lo, hi = RULES["C03"].band.edges
-    edges = {1.0, 1.0 / (1.0 - lo), 1.0 / (1.0 - hi)}
-    if name in ARTICLE_TABLE:
-        a, b = ARTICLE_TABLE[name]["speed"]
-        edges |= {1.0 + a, 1.0 + b}
+    workload ``name`` changes its answer: every claim's declared ``stop_edges`` (whether it is faster at
+    all, a band of time saved, the article's band of throughput gain for the workload). The condition's
+    rounds go on until no interval of a case in :data:`_EDGE_CASES` straddles one of them
+    (:func:`nogradlab.timing.resolves`): a lever's interval next to grad's decides nothing (an autocast
+    lever as fast as grad on a CPU kept every tiny condition running to its time budget)."""
+    edges = set()
+    for c in claims_registry.all_claims():
+        if c.stop_edges is not None:
+            edges.update(c.stop_edges(name))
     return sorted(edges)
 
 
-def forward_condition(ctx, name: str, batch: int) -> Condition:
-    """The shared forward timing of (workload ``name``, ``ctx.scale``, ``batch``, ``ctx.device``):
+def forward_condition(ctx, workload, batch: int) -> Condition:
+    """The shared forward timing of (``workload``: a name at ``ctx.scale`` or a resolved Workload,
+    ``batch``, ``ctx.device``), keyed on the workload's :attr:`~nogradlab.core.workloads.Workload.key`:
     measured once per run (:data:`nogradlab.claims.runcache.RUN`) with one protocol (warm-up, CUDA sync,
     interleaved rounds, ``cudnn.benchmark`` on and clocks warmed on CUDA, the TF32 state
-    recorded) and reused by every check asking for it (C03, C17, C20, C23, X01, X05)."""
+    recorded) and reused by every check asking for it."""
+    wl = resolve(ctx, workload)
     knobs = _knobs(ctx)
-    key = ("forward", name, ctx.scale, int(batch), str(ctx.device), ctx.seed,
-           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, name, int(batch))))
-    return _runcache.shared(key, lambda: _measure_condition(ctx, name, int(batch), knobs, key))
+    key = ("forward", wl.key, int(batch), str(ctx.device), ctx.seed,
+           tuple(sorted(knobs.items(), key=lambda kv: kv[0])), tuple(_lever_settings(ctx, wl, int(batch))))
+    return _runcache.shared(key, lambda: _measure_condition(ctx, wl, int(batch), knobs, key))
 
 
-def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
-    settings = _lever_settings(ctx, name, batch)
+def _measure_condition(ctx, wl, batch, knobs, key) -> Condition:
+    name = wl.name
+    settings = _lever_settings(ctx, wl, batch)
     skipped = {}
     if name not in CNNS:
         skipped["channels_last"] = "not a convolutional network"
     elif _quick(ctx):
         skipped["channels_last"] = _CL_QUICK_NOTE
-    wl, model, x, _ = _build(name, ctx.scale, ctx.device, batch, ctx.seed)
+    wl, model, x, _ = _build(wl, wl.scale, ctx.device, batch, ctx.seed)
     holder, cases = {}, {}
     try:
         for s in settings:
@@ -498,21 +480,13 @@ def _measure_condition(ctx, name, batch, knobs, key) -> Condition:
         del model, x, holder
         if ctx.on_gpu:
             torch.cuda.empty_cache()
-    return Condition(name, ctx.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
+    return Condition(name, wl.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
                      dict(state, threads=knobs["num_threads"] or torch.get_num_threads()), skipped, key)
-
-
-# --------------------------------------------------------------------------------------------
-# C03: runtime cut by no_grad
-
-
-# --------------------------------------------------------------------------------------------
-# C08: is what backward keeps the largest share of training memory?
 
 
 def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
     """One ``with torch.no_grad(): pass`` (entered from grad mode, or ``nested`` inside another
-    no_grad): measured once per run and shared by C12 and C13."""
+    no_grad): measured once per run and shared by the claims that read that cost."""
     k = _knobs(ctx)
     key = ("no_grad enter+exit", bool(nested), str(ctx.device), k["min_run_time"], k["num_threads"])
 
@@ -528,38 +502,6 @@ def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
                                   label="enter+exit no_grad" + (" inside no_grad" if nested else ""))
 
     return _runcache.shared(key, make)
-
-
-# --------------------------------------------------------------------------------------------
-# C13: no_grad scope in a validation loop
-
-
-# --------------------------------------------------------------------------------------------
-# C16: eval() and metric variability
-
-
-# --------------------------------------------------------------------------------------------
-# C17: validation loop, eval only vs eval + no_grad
-
-
-# --------------------------------------------------------------------------------------------
-# C18: feed-forward nets, peak memory
-
-
-# --------------------------------------------------------------------------------------------
-# C19 / C21: transformers and sequence length
-
-
-# --------------------------------------------------------------------------------------------
-# C20: the table
-
-
-# --------------------------------------------------------------------------------------------
-# C23: what the profiler shows
-
-
-# --------------------------------------------------------------------------------------------
-# X05: the bigger levers
 
 
 def _compile_reason(ctx) -> "str | None":

@@ -16,7 +16,8 @@ from nogradlab.core import workloads
 from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
-from nogradlab.claims.measure import _check, _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note
+from nogradlab.claims import evidence as _ev
+from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note, resolve
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch
@@ -191,8 +192,29 @@ def judge_c06(m, rule):
                      f"product outside has grad_fn {control['grad_fn']}.")
 
 
+def _c03_speedup_edges(workload) -> list:
+    """The speedups over grad at which C03's band of time saved changes its reading (any workload)."""
+    lo, hi = C03.rule.band.edges
+    return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
+
+
+def _c03_stop_edges(workload) -> list:
+    """A shared forward condition's rounds go on until they decide C03's band of time saved."""
+    lo, hi = C03.rule.band.edges
+    return [1.0 / (1.0 - lo), 1.0 / (1.0 - hi)]
+
+
+def _c03_readings(v, protocol=None):
+    """C03's readings of no_grad's time saving per workload, batch and case (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        k = _ev.key_saving(r.get("workload"), r.get("batch"), r.get("case"))
+        yield k, _ev.num(r.get("time_saved")), _ev.ci(r.get("time_saved_ci"))
+
+
 C03 = declare(
     "C03", section='1', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    speedup_edges=_c03_speedup_edges, stop_edges=_c03_stop_edges, shared_readings=_c03_readings,
     paraphrase='wrapping inference in no_grad cuts its runtime',
     figure='20-40 %',
     rule=Rule("Per workload x batch, time saved = 1 - t(no_grad forward)/t(grad forward), eval mode, one "
@@ -204,7 +226,7 @@ C03 = declare(
               band=Band("range", 0.20, 0.40), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C03")
+@C03.measures
 def c03(ctx):
     """Grad vs no_grad forward of each workload (model in eval mode in both) at two batch sizes,
     from the shared timing of each condition (:func:`forward_condition`). For the transformer the
@@ -212,8 +234,9 @@ def c03(ctx):
     fast path switched off is the bookkeeping saving alone. Knobs: ``workloads``, ``batches``."""
     rows, conditions = [], []
     for name in _names(ctx):
-        for b in _speed_batches(ctx, workloads.get(name, ctx.scale)):
-            c = forward_condition(ctx, name, b)
+        wl = resolve(ctx, name)  # resolved once, passed down
+        for b in _speed_batches(ctx, wl):
+            c = forward_condition(ctx, wl, b)
             if c.comparison is None:
                 continue
             conditions.append(c)
@@ -327,6 +350,7 @@ def _larger(a: int, a_capped: bool, b: int, b_capped: bool) -> "bool | None":
 
 C04 = declare(
     "C04", section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated (and searched for real on a GPU) at full size
     paraphrase='no_grad lets larger batches fit in memory',
     figure=None,
     rule=Rule("Per workload and GPU-sized budget (12 GiB, and 16 GiB in a full run), the largest eval+no_grad "
@@ -352,8 +376,9 @@ def c04(ctx):
     budgets = [float(b) for b in ctx.params.get("budgets_gib", default_budgets(ctx))]
     cpu_name = ctx.params.get("cpu_workload", "mlp" if _quick(ctx) else "unet")
     cpu_budget = int(float(ctx.params.get("cpu_budget_mib", 4 if cpu_name == "mlp" else 32)) * MiB)
+    at = C04.estimates_at
     for n in names + [cpu_name]:
-        workloads.get(n, "full")
+        workloads.get(n, at)
     if not budgets or min(budgets) <= 0 or cpu_budget <= 0:
         raise ValueError("budgets_gib and cpu_budget_mib must be positive")
     dev, method = _method(ctx)
@@ -362,18 +387,18 @@ def c04(ctx):
     rows, conditions = [], []
     for name in names:
         for gib in budgets:
-            res = _searches(name, int(gib * GiB), dev, method, max_batch=2 ** 22)
+            res = _searches(name, int(gib * GiB), dev, method, scale=at, max_batch=2 ** 22)
             rows += [_row(r) for r in res.values()]
             if also_estimate:
-                est = _searches(name, int(gib * GiB), dev, "estimate", max_batch=2 ** 22)
+                est = _searches(name, int(gib * GiB), dev, "estimate", scale=at, max_batch=2 ** 22)
                 rows += [_row(r) for r in est.values()]
-            conditions.append(_condition(name, int(gib * GiB), res, method=method, scale="full"))
+            conditions.append(_condition(name, int(gib * GiB), res, method=method, scale=at))
 
     real_check = None
     if names and ctx.on_gpu and _real_search(ctx) == "one":  # its estimate is searched above (shared)
         est = shared_largest_batch(names[0], "eval+no_grad", int(budgets[0] * GiB), dev, method="estimate",
-                                   max_batch=2 ** 22)
-        real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), est)
+                                   scale=at, max_batch=2 ** 22)
+        real_check = _one_real_search(ctx, names[0], int(budgets[0] * GiB), est, scale=at)
     if real_check is not None:
         est0 = next((r for r in rows if r["workload"] == names[0] and r["mode"] == "eval+no_grad"
                      and r["budget_bytes"] == int(budgets[0] * GiB)), None)
@@ -473,4 +498,4 @@ def judge_c04(m, rule):
 def _figure_c04(ev, device, scale):
     gpu = [c for c in ev["conditions"] if c.get("device") != "cpu"]  # GPU-sized budgets, full-size models
     return plots.largest_batch({f"{c['workload']}, {c['budget_gib']:g} GiB": {m: c[m] for m in ev["modes"]} for c in gpu},
-                               device=claims.searched_where(gpu[0]["method"], device), scale="full")
+                               device=claims.searched_where(gpu[0]["method"], device), scale=C04.estimates_at)

@@ -19,7 +19,7 @@ from nogradlab.core import workloads
 from nogradlab import claims
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
-from nogradlab.claims.measure import _batches, _check, estimate_row, param_bytes
+from nogradlab.claims.measure import _batches, estimate_row, param_bytes
 from nogradlab.claims.probes import _max_abs_diff, _tracking, _workload
 from nogradlab.claims.rules import Band, Rule, proxy_text, verdict_of
 from nogradlab.claims.searches import GiB, _method, _one_real_search, _ratio, _real_note, _real_search, _row, _searches
@@ -207,6 +207,8 @@ def judge_c11(m, rule):
 
 C08 = declare(
     "C08", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='what backward keeps is the largest share of GPU memory in training',
     figure=None,
     rule=Rule("Per workload at the article's model sizes and two batches (1 and the default), the "
@@ -216,21 +218,22 @@ C08 = declare(
               "(the crossover batch says where)."))
 
 
-@_check("C08")
+@C08.measures
 def c08(ctx):
     """Activation (saved-for-backward) bytes of one training step vs parameter + gradient +
     SGD-momentum bytes, per workload at the article's sizes (estimate on a virtual CUDA device),
     at batch 1 and the workload's default batch; the crossover batch follows from the slope.
     Knobs: ``batches`` (default ``(1, default)``)."""
     rows, crossovers = [], {}
+    at = C08.estimates_at
     for name in workloads.names():
-        wl = workloads.get(name, "full")
-        p = param_bytes(name, "full")
+        wl = workloads.get(name, at)
+        p = param_bytes(name, at)
         others = {"parameters": p, "gradients": p, "optimizer_state_sgd_momentum": p}
         batches = _batches(ctx, "batches", (1, wl.default_batch))
         acts = {}
         for b in batches:
-            r = estimate_row(name, b, "train", scale="full")
+            r = estimate_row(name, b, "train", scale=at)
             acts[b] = r["saved_bytes"]
             fixed = sum(others.values())
             rows.append({"workload": name, "batch": b, "activation_bytes": r["saved_bytes"],
@@ -286,6 +289,8 @@ C09_FIGURE = 2.5
 
 C09 = declare(
     "C09", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated (and searched for real on a GPU) at full size
+    chart_rank=1,
     key_chart=("C09: largest batch under the article's 12 GiB",
                "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
     paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
@@ -310,12 +315,13 @@ def c09(ctx):
     """
     gib = float(ctx.params.get("budget_gib", 12))
     name = ctx.params.get("workload", "resnet50")
-    workloads.get(name, "full")
+    at = C09.estimates_at
+    workloads.get(name, at)
     if gib <= 0:
         raise ValueError(f"budget_gib must be positive, got {gib!r}")
     dev, method = _method(ctx)
-    res = _searches(name, int(gib * GiB), dev, method)
-    real_check = _one_real_search(ctx, name, int(gib * GiB), res["eval+no_grad"])
+    res = _searches(name, int(gib * GiB), dev, method, scale=at)
+    real_check = _one_real_search(ctx, name, int(gib * GiB), res["eval+no_grad"], scale=at)
     b = {m: r.batch for m, r in res.items()}
     return {"budget_bytes": int(gib * GiB), "workload": name, "batches": b,
             "capped": {m: bool(r.at_limit) for m, r in res.items()},
@@ -411,4 +417,4 @@ def _slope(r: _batch.BatchResult) -> "float | None":
 @C09.draws
 def _figure_c09(ev, device, scale):
     return plots.largest_batch({f"{ev['workload']}, {ev['budget_bytes'] / 2 ** 30:g} GiB": ev["batches"]},
-                               device=claims.searched_where(ev["method"], device), scale="full")
+                               device=claims.searched_where(ev["method"], device), scale=C09.estimates_at)

@@ -5,6 +5,8 @@ Each claim is declared once here (``declare``) beside its check (``@C.measures``
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from nogradlab.core import format as _format
@@ -12,7 +14,8 @@ from nogradlab.core import memory
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare, number
-from nogradlab.claims.measure import _build, _check, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
+from nogradlab.claims import evidence as _ev
+from nogradlab.claims.measure import _build, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from nogradlab.claims.probes import _workload
 from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, read_conditions
 from nogradlab.claims.searches import _quick
@@ -20,8 +23,30 @@ from nogradlab.claims.searches import _quick
 NOTEBOOK = "03_scoping_no_grad"
 
 
+def _c12_readings(v, protocol=None):
+    """C12's reading of the cost of entering and leaving no_grad (:func:`evidence.readings`)."""
+    ee = v.get("enter_exit")
+    if isinstance(ee, dict):
+        times = [t for t in (_ev.num(x) for x in ee.get("times") or []) if t is not None] \
+            if isinstance(ee.get("times"), list) else []
+        yield (("seconds", "enter+exit no_grad"), _ev.num(ee.get("median")),
+               (min(times), max(times)) if len(times) >= 2 else None)
+
+
+def _c12_with_cost(values: dict, seconds: float) -> dict:
+    """C12's measurements with the enter+exit cost read as ``seconds``; the nested cost (the same
+    mechanism) and the cost ratio scaled with it."""
+    v = copy.deepcopy(values)
+    f = seconds / v["enter_exit"]["median"]
+    v["enter_exit"]["median"] = seconds
+    v["nested_enter_exit"]["median"] *= f
+    v["cost_ratio_nested_vs_forward"] *= f
+    return v
+
+
 C12 = declare(
     "C12", section='3', kind='semantic+numeric', notebook=NOTEBOOK,
+    shared_readings=_c12_readings, with_cost=_c12_with_cost,
     paraphrase='nesting no_grad redundantly is an anti-pattern',
     figure=None,
     rule=Rule("Holds when nesting changes the result or the mode (harmful); does not hold when nesting "
@@ -220,8 +245,24 @@ def _val_loop(model, batches, scope: str):
     return {"per_batch": per_batch, "whole_loop": whole, "nested": nested}[scope]
 
 
+def _c13_readings(v, protocol=None):
+    """C13's reading of the cost of entering and leaving no_grad (:func:`evidence.readings`)."""
+    yield ("seconds", "enter+exit no_grad"), _ev.num(v.get("enter_exit_s")), None
+
+
+def _c13_with_cost(values: dict, seconds: float) -> dict:
+    """C13's measurements with the enter+exit cost read as ``seconds``, the gain it predicts scaled with it."""
+    v = copy.deepcopy(values)
+    f = seconds / v["enter_exit_s"]
+    v["enter_exit_s"] = seconds
+    v["predicted_gain_from_context_cost"] *= f
+    return v
+
+
 C13 = declare(
     "C13", section='3', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    shared_readings=_c13_readings, with_cost=_c13_with_cost,
     paraphrase='one no_grad around the whole validation loop gives about 30 % more throughput than no_grad around each call',
     figure='~30 %',
     rule=Rule("The survey behind it cannot be checked; the mechanism bounds the figure for every loop of the "
@@ -236,7 +277,7 @@ C13 = declare(
               band=Band("about", 0.30), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C13")
+@C13.measures
 def c13(ctx):
     """The same validation loop with no_grad around the whole loop, around each batch, and nested
     redundantly per batch; the smallest workload (mlp) so that a per-batch cost weighs the most:

@@ -16,7 +16,8 @@ from nogradlab.core import modes
 from nogradlab.core import workloads
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, declare, format_saved, number
-from nogradlab.claims.measure import _build, _check, _pct, _samples_note, _speed_batch, forward_condition
+from nogradlab.claims import evidence as _ev
+from nogradlab.claims.measure import _build, _pct, _samples_note, _speed_batch, forward_condition
 from nogradlab.claims.probes import _OpRecorder, _max_abs_diff, _tracking
 from nogradlab.claims.rules import Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, proxy_text, read_conditions, readings_text
 from nogradlab.claims.searches import _quick
@@ -34,6 +35,7 @@ def _bn_dropout_net(device) -> nn.Module:
 
 C14 = declare(
     "C14", section='3/4', kind='semantic', notebook=NOTEBOOK,
+    chart_rank=4,
     key_chart=("C14: eval() and no_grad are independent",
                "eval changes the outputs; no_grad changes only what is tracked and saved."),
     paraphrase='model.eval() and no_grad are independent of each other',
@@ -185,6 +187,7 @@ def _dropout_classifier(device, seed):
 
 C16 = declare(
     "C16", section='4', kind='unsourced statistic, testable mechanism', notebook=NOTEBOOK,
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='eval() alone cut metric variability by about 7 %',
     figure='~7 %',
     rule=Rule("Not testable: '7 %' comes from an unnamed benchmark; the mechanism (eval() turns dropout off) is "
@@ -194,7 +197,7 @@ C16 = declare(
               band=Band("about", 0.07)))
 
 
-@_check("C16")
+@C16.measures
 def c16(ctx):
     """Accuracy of one fixed model on one fixed data set over repeated runs (a different RNG state
     each run), in train mode (dropout active) and eval mode; also train mode under no_grad with
@@ -249,8 +252,29 @@ def judge_c16(m, rule):
     return Judgement("not testable", summary)
 
 
+def _c17_speedup_edges(workload) -> list:
+    """The speedups over grad at which C17's band of time saved changes its reading (any workload)."""
+    lo, hi = C17.rule.band.edges
+    return [1.0 / (1.0 - e) for e in (lo, hi) if e is not None and e < 1]
+
+
+def _c17_stop_edges(workload) -> list:
+    """A shared forward condition's rounds go on until they decide whether no_grad is faster at all."""
+    return [1.0]
+
+
+def _c17_readings(v, protocol=None):
+    """C17's reading of no_grad's time saving at its workload and batch (:func:`evidence.readings`)."""
+    if protocol == 1:  # protocol 1 timed a whole validation loop without a sync per batch: a loop that runs
+        return         # ahead of the GPU hides autograd's CPU cost, so it is not a forward's time saving
+    k = _ev.key_saving(v.get("workload"), v.get("batch"), None)
+    yield k, _ev.num(v.get("time_saved")), _ev.ci(v.get("ci"))
+
+
 C17 = declare(
     "C17", section='4', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    speedup_edges=_c17_speedup_edges, stop_edges=_c17_stop_edges, shared_readings=_c17_readings,
     paraphrase='adding no_grad to eval cut validation time by about 35 % with the same accuracy',
     figure='~35 %',
     rule=Rule("Time saved = 1 - t(no_grad forward)/t(grad forward) of the validation loop's forward (the "
@@ -261,7 +285,7 @@ C17 = declare(
               band=Band("about", 0.35), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C17")
+@C17.measures
 def c17(ctx):
     """An eval-mode validation loop (ResNet-50 by default), grad on vs no_grad. Its speed is the
     shared forward timing of (workload, scale, batch, device) (:func:`forward_condition`: a loop
@@ -302,7 +326,7 @@ def c17(ctx):
     # the loop's defaults hold the model too: all of them go before the timing builds its own (a
     # second ResNet-50, 102 MB, beside the first was a quarter of notebook 04's peak)
     del model, xs, loop
-    c = forward_condition(ctx, name, b)
+    c = forward_condition(ctx, wl, b)
     t = c.triple("no_grad")
     return {"workload": name, "batch": b, "n_batches": n, "time_saved": t[0], "ci": list(t[1:]),
             "grad_ms": c.ms("grad"), "no_grad_ms": c.ms("no_grad"), "rounds": c.comparison.rounds,

@@ -16,7 +16,8 @@ from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
 from nogradlab.claims import Judgement, NeedsRemeasuring, declare, estimate_validation
-from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _check, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
+from nogradlab.claims import evidence as _ev
+from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of
 from nogradlab.claims.searches import _quick, shared_largest_batch
 from nogradlab.claims import runcache as _runcache
@@ -50,6 +51,9 @@ _TRAIN_QUICK_NOTE = ("not timed in a tiny CPU run (a training step holds the wei
 
 C18 = declare(
     "C18", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    chart_rank=2,
     key_chart=("C18: peak memory against batch size",
                "Total bytes the device holds at the peak of one forward pass (weights and input included)."),
     paraphrase='for feed-forward networks no_grad cuts peak memory by 20-40 %',
@@ -65,7 +69,7 @@ C18 = declare(
               band=Band("range", 0.20, 0.40)))
 
 
-@_check("C18")
+@C18.measures
 def c18(ctx):
     """Peak memory of a forward pass, grad vs no_grad (eval mode in both), for the feed-forward
     workloads (mlp, resnet50, unet: no recurrent connections; the transformer is C19's): real
@@ -88,14 +92,14 @@ def c18(ctx):
                          "resident_bytes": g["resident_bytes"], "method": g["method"],
                          "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
         del model
-        full = workloads.get(name, "full").default_batch
+        full = workloads.get(name, C18.estimates_at).default_batch
         # the estimates' sweep: four batches on a CPU at every scale (a verdict from estimates must not change
         # with --scale) and in the GPU reference run; the default batch alone in a learner's GPU run
         fb = _batches(ctx, "full_batches", (full,) if ctx.on_gpu and not ctx.reference
                       else (1, full // 4, full, 4 * full))
-        rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"))
+        rows = estimate_sweep(name, fb, ("eval+grad", "eval+no_grad"), scale=C18.estimates_at)
         for p in _pairs(rows, "eval+grad", "eval+no_grad"):
-            est.append({"workload": name, "scale": "full", "batch": p["batch"],
+            est.append({"workload": name, "scale": C18.estimates_at, "batch": p["batch"],
                         "grad_total_bytes": p["baseline_total_bytes"],
                         "no_grad_total_bytes": p["case_total_bytes"], "method": "estimate (virtual cuda)",
                         "memory_saved": p["memory_saved"]})
@@ -144,21 +148,23 @@ def judge_c18(m, rule):
                      "full-size conditions.", rows)
 
 
-def _seq_sweep(ctx) -> dict:
+def _seq_sweep(ctx, estimates_at: str) -> dict:
     """Memory saved (eval+grad vs eval+no_grad forward, totals) vs sequence length: real runs of
     the ``ctx.scale`` transformer, and estimates at full size (batch 16) on a virtual CUDA device
-    (math attention) and on the fake CPU device (fused flash attention). Both are exact and
+    (math attention) and on the fake CPU device (fused flash attention), at the claims' declared
+    ``estimates_at`` scale. Both are exact and
     deterministic, so C19 and C21 share one sweep per process."""
     lens = tuple(_batches(ctx, "seq_lens", (32, 64, 128, 256, 512) if _quick(ctx) else
                           (128, 512, 2048) if ctx.on_gpu and not ctx.reference else
                           (128, 256, 512, 1024, 2048, 4096)))
     # the estimates' longer list of sequence lengths: on a CPU at every scale, and in the GPU reference
     reference = ctx.reference or not ctx.on_gpu
-    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference))
+    return copy.deepcopy(_seq_sweep_cached(str(ctx.device), ctx.scale, ctx.seed, lens, reference, estimates_at))
 
 
 @functools.lru_cache(maxsize=8)
-def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool = True) -> dict:
+def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference: bool,
+                      estimates_at: str) -> dict:
     dev = torch.device(device)
     quick = dev.type != "cuda" and scale == "tiny"
     wl0, model, _, _ = _build("transformer_base", scale, dev, 1, seed)
@@ -179,7 +185,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference
                      "saved_per_token_bytes": g["saved_bytes"] / (wl.default_batch * L),
                      "memory_saved": memory_saved(g["total_peak_bytes"], ng["total_peak_bytes"])})
     del model
-    full_b = workloads.get("transformer_base", "full").default_batch
+    full_b = workloads.get("transformer_base", estimates_at).default_batch
     est = {}
     # with a GPU, the estimate uses whatever kernel this GPU selects; without one, the virtual CUDA
     # device's label is taken from the estimate's own notes (which attention kernel it traced)
@@ -189,7 +195,7 @@ def _seq_sweep_cached(device: str, scale: str, seed: int, lens: tuple, reference
         variants = {"cuda": ("cuda", (128, 1024, 4096)),
                     "fused flash attention (fake cpu)": ("cpu", (128, 4096))}
     for label, (dev, lens) in variants.items():
-        rows = estimate_sweep("transformer_base", (full_b,), device=dev, seq_lens=lens)
+        rows = estimate_sweep("transformer_base", (full_b,), device=dev, scale=estimates_at, seq_lens=lens)
         if label == "cuda":
             label = _cuda_label(rows)
         grad = {r["seq_len"]: r for r in rows if r["setting"] == "eval+grad"}
@@ -242,6 +248,8 @@ def _grows(rows) -> bool:
 
 C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='for transformers the saving per token is smaller but grows with sequence length',
     figure=None,
     rule=Rule("The memory saved by no_grad (grad vs no_grad forward, totals) is read per series of full-size "
@@ -257,13 +265,13 @@ C19 = declare(
               "fixed weights weigh less). A tiny real run is shown 'on your machine', never deciding."))
 
 
-@_check("C19")
+@C19.measures
 def c19(ctx):
     """Memory saved vs sequence length for transformer_base (see :func:`_seq_sweep`); the saving
     per token is the saved-for-backward bytes per token. Knobs: ``seq_lens`` (two or more)."""
     if ctx.params.get("seq_lens") and len(ctx.params["seq_lens"]) < 2:
         raise ValueError(f"C19 needs two or more sequence lengths, got seq_lens={ctx.params['seq_lens']!r}")
-    sw = _seq_sweep(ctx)
+    sw = _seq_sweep(ctx, C19.estimates_at)
     series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
                                 **sw["estimated_full_size"]}.items() if v}
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
@@ -336,6 +344,9 @@ def judge_c19(m, rule):
 
 C21 = declare(
     "C21", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    estimates_at="full",  # its article-sized models are estimated at full size
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    chart_rank=3,
     key_chart=("C19/C21: memory saved against sequence length",
                "Transformer-base: share of peak memory that no_grad saves, per sequence length."),
     paraphrase='at long sequences the memory saving can exceed 40 %',
@@ -348,10 +359,10 @@ C21 = declare(
               band=Band("at least", 0.40)))
 
 
-@_check("C21")
+@C21.measures
 def c21(ctx):
     """From the C19 sweep: does the saving exceed 40 % at long sequences, and from which length?"""
-    sw = _seq_sweep(ctx)
+    sw = _seq_sweep(ctx, C21.estimates_at)
     series = {k: v for k, v in {f"measured ({ctx.scale}, {ctx.device})": sw["measured"],
                                 **sw["estimated_full_size"]}.items() if v}
     longest = {k: max(v, key=lambda r: r["seq_len"]) for k, v in series.items()}
@@ -417,8 +428,34 @@ def _fmt_band(band, kind) -> str:
             else f"{band[0]:.1f}-{_format.ratio(band[1], 1)}")
 
 
+def _c20_speedup_edges(workload) -> list:
+    """The speedups over grad at which the article's band of throughput gain for ``workload`` changes
+    C20's reading (none for a workload outside the article's table)."""
+    if workload not in ARTICLE_TABLE:
+        return []
+    a, b = ARTICLE_TABLE[workload]["speed"]
+    return [1.0 + a, 1.0 + b]
+
+
+def _c20_readings(v, protocol=None):
+    """C20's readings of no_grad's time saving per workload at its speed batch (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        if "speed_case" in r:  # protocol 2: forward against forward, with its interval
+            g = _ev.num(r.get("speed_gain"))
+            ci = _ev.ci(r.get("speed_gain_ci"))
+            yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
+                   _ev.saving(1 + g) if g is not None else None,
+                   _ev.saving_ci([1 + x for x in ci]) if ci else None)
+        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
+        # so it is not read here (a point beside intervals cannot contradict them honestly)
+
+
 C20 = declare(
     "C20", section='5', kind='numeric', notebook=NOTEBOOK, basis="mixed",
+    estimates_at="full",  # its article-sized models are estimated at full size
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    speedup_edges=_c20_speedup_edges, stop_edges=_c20_speedup_edges, shared_readings=_c20_readings,
+    chart_rank=0,  # leads the report, above the columns
     key_chart=("C20: the article's table, measured",
                "Grey: the article's band (16 GB GPU); blue: training step vs eval + no_grad forward."),
     paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
@@ -433,7 +470,7 @@ C20 = declare(
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
 
-@_check("C20")
+@C20.measures
 def c20(ctx):
     """Every cell of the article's table, per workload:
 
@@ -454,19 +491,20 @@ def c20(ctx):
     """
     names = _names(ctx)
     do_batch = ctx.params.get("batch_factor", True)
+    at = C20.estimates_at
     rows = []
     for name in names:
         art = ARTICLE_TABLE[name]
-        full_b = workloads.get(name, "full").default_batch
-        tr = estimate_row(name, full_b, "train")
-        ev = estimate_row(name, full_b, "eval+no_grad")
-        gr = estimate_row(name, full_b, "eval+grad")
+        full_b = workloads.get(name, at).default_batch
+        tr = estimate_row(name, full_b, "train", scale=at)
+        ev = estimate_row(name, full_b, "eval+no_grad", scale=at)
+        gr = estimate_row(name, full_b, "eval+grad", scale=at)
         mem = memory_saved(tr["total_peak_bytes"], ev["total_peak_bytes"])
         mem_fwd = memory_saved(gr["total_peak_bytes"], ev["total_peak_bytes"])
 
         wl = workloads.get(name, ctx.scale)
         b = _speed_batch(ctx, wl)
-        c = forward_condition(ctx, name, b)
+        c = forward_condition(ctx, wl, b)
         case = "no_grad (fast path off)" if "no_grad (fast path off)" in c.settings else "no_grad"
         speed = c.triple(case, "gain")
         speed_fast = c.triple("no_grad", "gain")
@@ -482,7 +520,7 @@ def c20(ctx):
             with frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
                 for mode in ("train", "eval+no_grad"):
                     # the search C04 makes for the same workload under 16 GiB (shared in one run)
-                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale="full",
+                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale=at,
                                              method="estimate", max_batch=2 ** 22)
                     batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
                                      "notes": r.notes, "capped": bool(getattr(r, "capped", False))}
@@ -498,7 +536,7 @@ def c20(ctx):
                "training_step_vs_no_grad_forward": train_row[0],
                "training_step_vs_no_grad_forward_ci": list(train_row[1:]) if train is not None else None,
                "memory_saved_forward_only": mem_fwd,
-               "parameter_bytes": param_bytes(name, "full"), "grad_forward_total_bytes": gr["total_peak_bytes"],
+               "parameter_bytes": param_bytes(name, at), "grad_forward_total_bytes": gr["total_peak_bytes"],
                "time_saved": c.triple(case)[0],
                "train_total_bytes": tr["total_peak_bytes"], "eval_no_grad_total_bytes": ev["total_peak_bytes"],
                "memory_batch": full_b, "largest_batch": batches, "estimate_notes": sorted(set(tr["notes"] + ev["notes"])),

@@ -12,7 +12,8 @@ from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.claims import Judgement, declare
-from nogradlab.claims.measure import _beats, _build, _check, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
+from nogradlab.claims import evidence as _ev
+from nogradlab.claims.measure import _beats, _build, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
 from nogradlab.claims.probes import _error_text
 from nogradlab.claims.rules import AGGREGATE, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, verdict_of
 from nogradlab.claims import runcache as _runcache
@@ -60,8 +61,9 @@ def _x01_timing(ctx) -> dict:
     batch (:func:`forward_condition`: the same rounds C03 and X05 read; inference_mode is one of
     its settings there, :func:`nogradlab.claims.measure._lever_settings`). Shown, never judged."""
     name = "mlp"
-    b = _lever_batches(ctx, workloads.get(name, ctx.scale))[0]
-    c = forward_condition(ctx, name, b)
+    wl = workloads.get(name, ctx.scale)
+    b = _lever_batches(ctx, wl)[0]
+    c = forward_condition(ctx, wl, b)
     out = {"workload": name, "batch": b, "source": "shared forward condition (forward_condition)",
            "settings": list(c.settings), "skipped": dict(c.skipped)}
     if c.comparison is None or "inference_mode" not in c.settings:
@@ -143,8 +145,23 @@ def _compiled_timing(ctx, name, batch) -> tuple:
     return _runcache.shared(key, make)
 
 
+def _x05_readings(v, protocol=None):
+    """X05's readings of no_grad's time saving (its speedups of the no_grad cases) per workload and
+    batch (:func:`evidence.readings`)."""
+    for r in _ev.rows(v):
+        sp, ci = r.get("speedup"), r.get("ci")
+        if not isinstance(sp, dict):
+            continue
+        for case in ("no_grad", "no_grad (fast path off)"):
+            if case in sp:
+                yield (_ev.key_saving(r.get("workload"), r.get("batch"), case), _ev.saving(sp[case]),
+                       _ev.saving_ci(ci.get(case) if isinstance(ci, dict) else None))
+
+
 X05 = declare(
     "X05", section='beyond', kind='numeric', notebook=NOTEBOOK, basis="gpu speed",
+    tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
+    shared_readings=_x05_readings,
     paraphrase='the bigger inference levers beside no_grad: autocast, channels_last, torch.compile',
     figure=None,
     rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode, 95 % CIs, at "
@@ -154,7 +171,7 @@ X05 = declare(
               "reference GPU's measurements decide." + SELF_CONTRADICTION, threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
 
 
-@_check("X05")
+@X05.measures
 def x05(ctx):
     """Per workload and batch, the shared forward timing (:func:`forward_condition`): grad (the
     baseline), no_grad, inference_mode, and levers on top of no_grad: autocast (bf16 on CPU;
@@ -171,8 +188,9 @@ def x05(ctx):
     rows, beats = [], {}
     state = {}
     for name in names:
-        for b in _lever_batches(ctx, workloads.get(name, ctx.scale)):
-            c = forward_condition(ctx, name, b)
+        wl = workloads.get(name, ctx.scale)  # resolved once, passed down
+        for b in _lever_batches(ctx, wl):
+            c = forward_condition(ctx, wl, b)
             if c.comparison is None:
                 rows.append({"workload": name, "batch": b, "skipped": c.skipped})
                 continue
@@ -182,7 +200,7 @@ def x05(ctx):
             ci = {k: list(v) for k, v in cmp.ci.items()}
             skipped = dict(c.skipped)
             unpaired = []
-            if b == _speed_batch(ctx, workloads.get(name, ctx.scale)):
+            if b == _speed_batch(ctx, wl):
                 if compile_reason is None:
                     t_comp, why = _compiled_timing(ctx, name, b)
                     if t_comp is None:

@@ -3,7 +3,6 @@ running torch and device. Each check returns ``(verdict, summary, evidence)`` co
 it observes here; none asserts anything itself (a behaviour that differs on another torch version
 shows up as a different verdict, not as an exception).
 
-Covered: C01 C02 C05 C06 C07 C10 C11 C12 C14 C15 C22 C24 C26 C27 C28 C29 C30 X01 X02 X03 X04.
 Every check builds its models on ``ctx.device`` and runs in about a second at ``scale="tiny"``.
 """
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Checks of the capacity claims: how large a batch fits, and what a server keeps per request.
 
-Covered: C04 C09 C25.
-
 * **Largest batch** comes from :func:`nogradlab.batch.largest_batch`, estimated on fake tensors
   (method ``"estimate"``: on the GPU's own device type when there is one, else on a *virtual* CUDA
   device of the article's size; the step's allocations, library workspaces included, replayed
@@ -13,11 +11,7 @@ Covered: C04 C09 C25.
   (``benchmarks/gpu_reference.py``), ``"none"``.
   Modes: ``"train"`` (a training step), ``"grad"`` (a grad-enabled forward, eval mode) and
   ``"eval+no_grad"``.
-* **C09's tolerance.** The article says "about 2.5x"; the check holds when the measured factor
-  (largest eval+no_grad batch / largest training batch under 12 GiB) lies in [2.0, 3.0], i.e.
-  2.5 +- 20 %, and does not hold outside it. The direction (more fits under no_grad) is reported
-  separately.
-* **Serving** (C25) uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
+* **Serving** uses :mod:`nogradlab.serving`: a real Tornado server on loopback, memory per
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
 An estimate of a full-size model costs 0.1-0.6 s whatever the scale (a training step the most; the model
@@ -32,6 +26,7 @@ import torch
 from nogradlab.estimate import batch as _batch
 from nogradlab.core import format as _format
 from nogradlab.claims import runcache as _runcache
+from nogradlab.claims.params import REAL_SEARCH
 
 
 
@@ -44,7 +39,6 @@ def _quick(ctx) -> bool:
     return not ctx.on_gpu and ctx.scale == "tiny"
 
 
-REAL_SEARCH = ("none", "one", "all")
 
 
 def _real_search(ctx) -> str:
@@ -67,13 +61,15 @@ def _method(ctx) -> tuple:
     return ("cuda", "estimate")
 
 
-def _one_real_search(ctx, name: str, budget: int, estimate: "_batch.BatchResult | None") -> "dict | None":
-    """With ``real_search="one"`` on a GPU: one real OOM search (eval+no_grad) beside its estimate."""
+def _one_real_search(ctx, name: str, budget: int, estimate: "_batch.BatchResult | None", *,
+                     scale: str = "full") -> "dict | None":
+    """With ``real_search="one"`` on a GPU: one real OOM search (eval+no_grad) beside its estimate, of the
+    model at ``scale`` (the claim's ``estimates_at``)."""
     if not (ctx.on_gpu and _real_search(ctx) == "one"):
         return None
     # the estimate as the secant's second point: the real search starts beside it (same answer, fewer trials)
     hint = estimate.batch if estimate is not None and estimate.batch > 2 else None
-    r = _batch.largest_batch(name, "eval+no_grad", budget, str(ctx.device), scale="full", method="search",
+    r = _batch.largest_batch(name, "eval+no_grad", budget, str(ctx.device), scale=scale, method="search",
                              max_batch=2 ** 22, hint=hint)
     out = {"workload": name, "mode": "eval+no_grad", "budget_bytes": budget, "real": _row(r)}
     if estimate is not None:
@@ -95,8 +91,8 @@ def _real_note(check: "dict | None") -> str:
 
 def shared_largest_batch(name: str, mode: str, budget: int, dev, *, scale: str = "full",
                          method: str = "auto", **kw) -> _batch.BatchResult:
-    """:func:`nogradlab.batch.largest_batch`, an estimate searched once per run and shared (C04 and
-    C20 ask for the same ones): its answer is exact whatever ``start``/``hint`` say, so they are
+    """:func:`nogradlab.batch.largest_batch`, an estimate searched once per run and shared (several
+    claims ask for the same ones): its answer is exact whatever ``start``/``hint`` say, so they are
     not part of the key. Real searches are not shared (they depend on what the device holds)."""
     if method != "estimate":
         return _batch.largest_batch(name, mode, budget, dev, scale=scale, method=method, **kw)
@@ -134,10 +130,6 @@ def _ratio(a: int, b: int) -> "float | None":
     return a / b if b else None
 
 
-# --------------------------------------------------------------------------------------------
-# C04: no_grad lets larger batches fit
-
-
 def default_budgets(ctx) -> tuple:
     """C04's GPU budgets in GiB: 12 and 16 for every run on a CPU, whatever its scale (estimates of the
     full-size models on a virtual GPU: a verdict from them must not change with ``--scale``; each search
@@ -147,13 +139,3 @@ def default_budgets(ctx) -> tuple:
     if ctx.on_gpu and _real_search(ctx) != "all":
         return (12.0,)
     return (12.0, 16.0)
-
-
-# --------------------------------------------------------------------------------------------
-# C09: ResNet-50 on a 12 GB GPU: the eval+no_grad batch against the training batch
-
-
-# --------------------------------------------------------------------------------------------
-# C25: the serving statistic (not testable) and its mechanism (tested)
-
-

@@ -180,6 +180,12 @@ class Workload:
     input_shape: tuple[int, ...]
     params: dict = field(default_factory=dict, compare=False)
 
+    @property
+    def key(self) -> tuple:
+        """What makes this workload this one, hashable: ``(name, scale, size knobs)`` (a sequence length
+        changed by ``with_seq_len`` included). Resolve a name once (:func:`get`) and key caches on this."""
+        return (self.name, self.scale, tuple(sorted(self.params.items())))
+
     def build(self, device="cpu", dtype: torch.dtype = torch.float32) -> nn.Module:
         """A freshly initialised model in train mode, created directly on ``device`` in ``dtype``.
 

@@ -505,10 +505,14 @@ def charts(doc: dict, refs=()) -> list:
 
 def key_charts() -> list:
     """``[(claim id, title, caption)]``: the claims whose declaration names a key chart, in the
-    order the report shows them (C20, C09, C18, C21, C14 first: the article's table leads)."""
-    order = {"C20": 0, "C09": 1, "C18": 2, "C21": 3, "C14": 4}
-    out = [(c.id, *c.key_chart) for c in _claims.all_claims() if c.key_chart]
-    return sorted(out, key=lambda t: (order.get(t[0], 99), t[0]))
+    order the report shows them (by their declared ``chart_rank``, then id: the article's table leads)."""
+    out = [(c.chart_rank, c.id, *c.key_chart) for c in _claims.all_claims() if c.key_chart]
+    return [t[1:] for t in sorted(out, key=lambda t: (t[0], t[1]))]
+
+
+def _lead_titles() -> set:
+    """The titles of the key charts declared to lead the report (``chart_rank`` 0), above the columns."""
+    return {c.key_chart[0] for c in _claims.all_claims() if c.key_chart and c.chart_rank == 0}
 
 
 def _plot_specs(doc: dict) -> list:
@@ -943,8 +947,9 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
         status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
     parts.append(f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>")
     sections = [("where", "what ran where"), ("claims", "the claims")]
-    charts_rest = [ch for ch in chart_list if not str(ch[0]).startswith("C20")]
-    top = [ch for ch in chart_list if str(ch[0]).startswith("C20")]
+    lead = _lead_titles()
+    charts_rest = [ch for ch in chart_list if ch[0] not in lead]
+    top = [ch for ch in chart_list if ch[0] in lead]
     if charts_rest:
         sections.append(("charts", "charts"))
     if by_release(doc, refs):
