@@ -137,8 +137,9 @@ def judge_c18(m, rule):
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"At the article's sizes (estimates, virtual CUDA) no_grad cut the forward pass's total peak "
                f"(weights and input included) by {span(est)} (article: 20-40 %): {readings_text(rows)}"
-               + ". The saving is the activations' share of the peak: small where weights dominate (small "
-               "batches, the MLP), large where activations do."
+               + ". What no_grad removes is the activations kept for backward; how much of the peak that is "
+               "depends on the model: large where many kept activations would be alive at once (deep CNNs), "
+               "next to nothing where they are alive at the peak anyway (a shallow MLP) or weights dominate."
                + f" Each estimate is read with its allocator model's validation error (within {err:.1%} on each "
                "peak), so one that close to an edge is unresolved."
                + (f" Real runs on this GPU ({m.label}; the full-size ones counted): {span(real)}." if counted else
