@@ -24,7 +24,7 @@ from test_report import CHROMIUM, CHROMIUM_ARGS, fake_doc
 FRONT_NAV = ("<nav class='book-nav' style='margin:8px 0;font-size:15px'><b>This book:</b> "
              "<a href='contents.html'>the lessons, in order (contents)</a></nav>")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PHONE = {"width": 390, "height": 844}
 pytest.importorskip("sphinx")
 pytest.importorskip("myst_nb")

@@ -14,7 +14,7 @@ from nogradlab import claims, report
 from nogradlab.claims import rules
 from nogradlab.claims.rules import Band, read_conditions, rounds_to_decide, verdict_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "nogradlab"
 RESULTS = sorted((ROOT / "results").glob("*/claims.json"))
 CPU = {"type": "cpu", "device": "cpu", "name": "test cpu", "torch": "t"}

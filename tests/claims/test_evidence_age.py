@@ -9,7 +9,7 @@ import pytest
 from nogradlab import claims, report
 from nogradlab.claims import evidence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H200 = json.loads((ROOT / "results" / "cuda-nvidia-h200" / "claims.json").read_text())
 CPU = json.loads((ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json").read_text())
 

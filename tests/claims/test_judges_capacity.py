@@ -16,7 +16,7 @@ GiB = 2 ** 30
 MINE = ("C04", "C08", "C09", "C13", "C19", "C21", "C23", "C25")
 CPU = {"type": "cpu", "device": "cpu", "name": "test cpu", "threads": 2, "torch": "2.x"}
 GPU = {"type": "cuda", "device": "cuda:0", "name": "test gpu", "torch": "2.x"}
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def judge(cid, values, device=CPU, scale="tiny"):

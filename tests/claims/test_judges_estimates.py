@@ -10,7 +10,7 @@ from nogradlab.claims import Measurements
 
 claims.ids()
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU = {"type": "cpu", "device": "cpu", "name": "x", "threads": 2, "torch": "t"}
 GPU = {"type": "cuda", "device": "cuda:0", "name": "x", "torch": "t"}
 H200 = json.loads((ROOT / "results" / "cuda-nvidia-h200" / "claims.json").read_text())

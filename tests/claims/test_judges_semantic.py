@@ -16,7 +16,7 @@ CPU = {"type": "cpu", "device": "cpu", "name": "x", "torch": "t"}
 GPU = {"type": "cuda", "device": "cuda:0", "name": "x", "torch": "t"}
 IDS = ["C01", "C02", "C05", "C07", "C10", "C11", "C12", "X03", "X04", "C14", "C15", "C16", "C22", "C24",
        "C28", "C26", "X02", "C27", "C29", "C30", "X01"]
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def judge(cid, values, device=CPU):

@@ -5,7 +5,7 @@ from pathlib import Path
 from nogradlab import report
 from nogradlab.claims.measure import _tier_line
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _judged(folder, cid):

@@ -13,7 +13,7 @@ from nogradlab.claims import runcache
 from nogradlab.claims import measure as N
 from nogradlab.claims import rules
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST = {"rounds": 3, "min_run_time": 0.03}
 
 
@@ -297,7 +297,7 @@ def test_a_stored_c03_is_not_called_provisional_where_its_own_intervals_are_clea
     import json
     from pathlib import Path
 
-    doc = json.loads((Path(__file__).resolve().parents[1] / "results" / "cpu-amd-epyc-2-threads" /
+    doc = json.loads((Path(__file__).resolve().parents[2] / "results" / "cpu-amd-epyc-2-threads" /
                       "claims.json").read_text())
     values = next(e for e in doc["claims"] if e["id"] == "C03")["measurements"]
     assert "mlp@1" in values["provisional"]

@@ -16,7 +16,7 @@ import pytest
 from nogradlab import claims
 from nogradlab.claims import Measurements, not_a_measurement
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 COLUMNS = ["cpu-amd-epyc-2-threads", "cuda-nvidia-h200"]
 #: values that are no measurement wherever they stand
 NEVER = {"10**400": 10 ** 400, "nan": math.nan, "inf": math.inf, "-inf": -math.inf}

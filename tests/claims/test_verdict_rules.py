@@ -18,7 +18,7 @@ from nogradlab.claims import Measurements
 claims.ids()  # every claim module loaded, in order, before one of them is imported by name
 from nogradlab.claims.nb02_inside_the_engine import MIGRATION_GUIDE, RELEASE_NOTES  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CPU = {"type": "cpu", "device": "cpu", "name": "x", "threads": 2, "torch": "t"}
 GPU = {"type": "cuda", "device": "cuda:0", "name": "x", "torch": "t"}
 _DOC = json.loads((ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json").read_text())

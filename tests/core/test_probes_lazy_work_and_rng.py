@@ -10,7 +10,7 @@ import torch
 
 from nogradlab import device, memory, timing, widgets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- 5b: lazy work ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "coverage.py"
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "coverage.py"
 
 
 @pytest.fixture(scope="module")

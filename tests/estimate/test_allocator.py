@@ -14,7 +14,8 @@ import torch
 from nogradlab import allocator as A
 
 KiB, MiB = 1024, 1024 * 1024
-DATA = os.path.join(os.path.dirname(__file__), "data", "h200_allocator_traces.json.gz")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(TESTS, "data", "h200_allocator_traces.json.gz")
 
 
 def allocs(*sizes):
@@ -388,7 +389,7 @@ def test_replays_a_trace_recorded_here(conf):
     import sys
 
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf, NOGRADLAB_TEST_CAP=str(1 << 30),
-               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS),
                                            os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run([sys.executable, "-c", _RECORD], env=env, capture_output=True, text=True,
                        timeout=300)

@@ -12,7 +12,7 @@ import torch
 from nogradlab import allocator, batch, cudamodel, memory
 
 MiB = 2 ** 20
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REF = os.path.join(ROOT, "results", "h200-alloc-probe")
 SETTING = {"grad": "eval+grad", "eval+no_grad": "eval+no_grad"}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 API = json.loads((ROOT / "tests" / "data" / "ipywidgets_7.7.0_api.json").read_text())
 
 

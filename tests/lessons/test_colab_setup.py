@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NB = Path(__file__).resolve().parents[1] / "notebooks" / "00_index.ipynb"
+NB = Path(__file__).resolve().parents[2] / "notebooks" / "00_index.ipynb"
 URL = "nogradlab @ git+https://github.com/nogradlab/nogradlab"
 
 

@@ -27,7 +27,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NB_DIR = REPO / "notebooks"
 LESSONS = list(claims.NOTEBOOKS)  # 01 .. 09
 #: lessons beyond the article's claims (listed in the index, linked in order, no claim of their own)

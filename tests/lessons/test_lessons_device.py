@@ -19,7 +19,7 @@ import pytest
 
 from nogradlab import claims
 
-NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = list(claims.NOTEBOOKS)
 PRIMITIVES = re.compile(r"benchmark\.Timer|saved_tensors_hooks|torch\.cuda\.(?:max_)?memory_(?:allocated|reserved)")
 MEMORY = re.compile(r"saved_tensors_hooks|torch\.cuda\.(?:max_)?memory_(?:allocated|reserved)")

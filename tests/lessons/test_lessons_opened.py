@@ -11,7 +11,7 @@ import pytest
 
 from nogradlab import claims
 
-NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 ALL = ["00_index"] + list(claims.NOTEBOOKS) + ["10_your_model"]
 MAGIC_USE = re.compile(r"^%%?(?:memory|modes)\b", re.M)
 INTERNAL = re.compile(r"\bfrom\s+nogradlab\.claims\.\w+\s+import|\bnogradlab\.claims\.\w+\.|\bclaims\.(?:measure|searches|judges?|_\w+)\.")

@@ -16,7 +16,7 @@ import torch.nn as nn
 from nogradlab import claims, diagrams, exercises
 from nogradlab.plots import Figure
 
-NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NB_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 STEMS = [s for s in claims.NOTEBOOKS if s[:2] in ("05", "06", "07", "08", "09")]
 EXERCISE_TAGS = {"exercise", "exercise-check", "solution"}
 CHECK = re.compile(r"""exercises\.check\(\s*["'](\d\d\.\d)["']""")

@@ -13,7 +13,7 @@ import pytest
 from nogradlab import claims, report
 from nogradlab.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PARAMS = 'device = "auto"\nscale = "auto"'
 FAKE_LEDGER = '''import json, os

@@ -28,7 +28,7 @@ import pytest
 from nogradlab import claims, notebook
 from tools.procmem import PeakRSS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NB_DIR = REPO / "notebooks"
 OUT_DIR = REPO / "test-artifacts" / "papermill"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))

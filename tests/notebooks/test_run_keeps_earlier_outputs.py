@@ -15,7 +15,7 @@ import pytest
 from nogradlab import outdir, report, runner
 from nogradlab.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cli import FAKE_LEDGER, write_notebook  # noqa: E402
 

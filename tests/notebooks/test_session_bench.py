@@ -11,7 +11,7 @@ def _session_benchmark():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "session.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "session.py"
     spec = importlib.util.spec_from_file_location("session_benchmark", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -14,7 +14,7 @@ try:
 except ImportError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # conda-forge name -> PyPI name; None: a conda-only entry with no PyPI counterpart
 CONDA_TO_PYPI = {

@@ -10,7 +10,7 @@ import pytest
 
 from nogradlab import report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_reference.py"
 
 

@@ -9,7 +9,7 @@ import pytest
 from nogradlab import allocator, batch, claims, cudamodel, memory, notebook, runner, widgets
 from nogradlab.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- finding 8: the environment ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from nogradlab import outdir, runner
 from nogradlab.__main__ import parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_default_output_folder_is_not_setuptools_build():

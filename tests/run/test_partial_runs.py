@@ -12,7 +12,7 @@ import pytest
 from nogradlab import claims, device, report
 from nogradlab.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPLETE = ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"
 
 
