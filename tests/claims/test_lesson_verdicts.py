@@ -5,7 +5,7 @@ must see the verdict that release gives, not a bare AssertionError. What the not
 assert lives here instead, so a change in the package (or in torch) that turns a lesson's teaching
 upside down still fails a test. ``EXPECTED`` lists, for each claim whose notebook tells the learner
 what to expect, the verdicts that notebook's prose is written for; claims whose notebooks take any
-verdict (timings, estimates) are not listed. tests/test_claims_semantics.py tests the evidence
+verdict (timings, estimates) are not listed. tests/claims/test_claims_semantics.py tests the evidence
 behind these checks in detail; this file is the lessons' contract.
 """
 from __future__ import annotations

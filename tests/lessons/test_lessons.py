@@ -391,7 +391,7 @@ def verdict_asserts(nb) -> list:
     """(cell index, line) of every `assert` on a check's verdict or evidence in a code cell, exercise
     checks (cells that call exercises.check) left out. A learner on another PyTorch release must see
     the verdict, not an AssertionError; the lessons' expected verdicts live in
-    tests/test_lesson_verdicts.py."""
+    tests/claims/test_lesson_verdicts.py."""
     return [(i, m.group(0).strip()) for i, c in enumerate(nb.cells)
             if c.cell_type == "code" and "exercises.check" not in c.source
             for m in VERDICT_ASSERT.finditer(c.source)]
@@ -401,7 +401,7 @@ def verdict_asserts(nb) -> list:
 def test_no_verdict_asserts_in_notebooks(stem):
     found = verdict_asserts(_nb(stem))
     assert not found, f"{stem}: cells assert a check's result: {found}. Show the result (`r_cXX`) and move " \
-        "the expectation to tests/test_lesson_verdicts.py"
+        "the expectation to tests/claims/test_lesson_verdicts.py"
 
 
 def test_verdict_asserts_sees_what_it_should():
