@@ -52,6 +52,13 @@ INTEGRATION_TESTS = {
     "core/test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
     "run/test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
                                "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
+    # notebook 05's checks, run end to end (as the rest of test_claims_numbers.py); its judge tests are unit
+    "claims/test_nb05.py": {"test_c18_above_the_band_is_not_agreement_and_estimates_decide",
+                            "test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns",
+                            "test_c19_saving_grows_with_sequence_length",
+                            "test_c20_rows_cover_the_table_with_the_article_bands",
+                            "test_c20_times_the_training_step_row_when_asked",
+                            "test_c21_uses_the_c19_sweep"},
 }
 # a list that names a file no longer there would mark nothing, silently: refuse it
 _missing = sorted(f for f in GPU_FILES | INTEGRATION_FILES | set(INTEGRATION_TESTS) if not (TESTS / f).is_file())

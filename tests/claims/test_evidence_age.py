@@ -200,19 +200,6 @@ def _fake_gpu_column(saving_c03):
     return doc
 
 
-def test_c20_takes_no_speed_from_a_gpu_column_that_contradicts_itself(monkeypatch):
-    monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", _fake_gpu_column(0.5))])
-    e = claims.judge_entry(_entry(CPU, "C20"), CPU["meta"])
-    assert e["scope"]["basis"] == "estimated + reference" and e["scope"]["conflicts"]
-    assert "was not used for speed" in e["summary"] and "contradicts itself" in e["scope"]["text"]
-    # the same column without the contradiction decides C20's speed cells, labelled with its age
-    monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", _fake_gpu_column(
-        _m(CPU, "C03")["rows"][0]["time_saved"]))])
-    e = claims.judge_entry(_entry(CPU, "C20"), CPU["meta"])
-    assert "conflicts" not in e["scope"] and e["scope"]["machine"] == "cuda-fake-gpu"
-    assert e["scope"]["age"]["protocol"] == claims.PROTOCOL and "stale" not in e["scope"]
-
-
 def test_a_column_of_a_newer_protocol_is_not_called_older():
     meta = dict(CPU["meta"], protocol=claims.PROTOCOL + 1)
     age = claims.column_age(meta)

@@ -1,6 +1,7 @@
-"""Judges of the capacity and mechanism claims (C04 C08 C09 C13 C19 C21 C23 C25) on hand-made
-measurements: cheap and exact. Each decisive value is flipped and the verdict must follow; capped
-searches read as bounds; every stored column in results/ is judged again by today's rules."""
+"""Judges of the capacity and mechanism claims (C04 C08 C09 C13 C23 C25; C19's and C21's are in
+test_nb05.py) on hand-made measurements: cheap and exact. Each decisive value is flipped and the verdict
+must follow; capped searches read as bounds; every stored column in results/ is judged again by today's
+rules (C19 and C21 too)."""
 from __future__ import annotations
 
 import json
@@ -142,33 +143,6 @@ def test_c13_the_direct_timing_and_the_context_cost_decide_together():
     assert judge("C13", _c13(0.25, (0.20, 0.30), predicted=0.30)).verdict == "inconclusive"  # across 24 %
     assert judge("C13", _c13(0.30, (0.27, 0.33), predicted=0.30, rounds=5)).verdict == "inconclusive"
     assert claims.get("C13").basis == "here"
-
-
-# ------------------------------------------------------------------------------------- C19 / C21
-
-
-def _series(saved, lens=(128, 1024, 4096)):
-    return [{"seq_len": L, "batch": 16, "memory_saved": s, "saved_per_token_bytes": 1024.0}
-            for L, s in zip(lens, saved)]
-
-
-def _seq(est, measured):
-    series = {"measured (tiny, cpu)": _series(measured, (32, 64, 128)),
-              "fused attention (virtual cuda)": _series(est)}
-    return {"series": series, "longest": {k: v[-1] for k, v in series.items()}}
-
-
-def test_c19_the_full_size_estimates_decide():
-    assert judge("C19", _seq((0.7, 0.8, 0.9), (0.5, 0.4, 0.3))).verdict == "holds"
-    assert judge("C19", _seq((0.7, 0.9, 0.8), (0.2, 0.3, 0.4))).verdict == "does not hold"
-    # on a GPU at full size the real series decides too
-    gpu = judge("C19", _seq((0.7, 0.8, 0.9), (0.5, 0.4, 0.3)), device=GPU, scale="full")
-    assert gpu.verdict == "depends" and gpu.scope["basis"] == "measured"
-
-
-def test_c21_at_least_40_percent_on_the_full_size_estimates():
-    assert judge("C21", _seq((0.3, 0.4, 0.5), (0.1, 0.1, 0.1))).verdict == "holds"
-    assert judge("C21", _seq((0.3, 0.35, 0.399), (0.5, 0.6, 0.7))).verdict == "does not hold"
 
 
 # ------------------------------------------------------------------------------------- C23 / C25

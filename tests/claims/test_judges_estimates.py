@@ -3,7 +3,6 @@ judged, and say what the measurements show about the article's mechanism."""
 import json
 from pathlib import Path
 
-import pytest
 
 from nogradlab import claims
 from nogradlab.claims import Measurements
@@ -25,46 +24,6 @@ def _stored(doc, cid):
 def _judge(cid, values, device, scale="full", protocol=claims.PROTOCOL):
     m = Measurements(values, device, scale, "t", protocol=protocol)
     return claims._judge(claims.get(cid), m)
-
-
-def _c18(saved, measured=()):
-    return {"measured": list(measured), "estimated_full_size": [
-        {"workload": f"w{i}", "batch": 8, "memory_saved": s} for i, s in enumerate(saved)]}
-
-
-def test_an_estimate_within_its_validation_error_of_an_edge_is_unresolved():
-    j = _judge("C18", _c18([0.30, 0.395]), CPU)
-    rows = {r["condition"].split("@")[0]: r for r in j.conditions}
-    assert rows["w1"]["reading"] == "unresolved" and rows["w1"]["ci"][0] < 0.40 < rows["w1"]["ci"][1]
-    assert rows["w0"]["reading"] == "agrees"
-    assert j.verdict == "inconclusive"
-    # 2.6 % on each peak: the interval of a 30 % saving is about [26 %, 34 %]
-    assert rows["w0"]["ci"] == pytest.approx([1 - 0.7 * 1.026 / 0.974, 1 - 0.7 * 0.974 / 1.026])
-
-
-def test_an_older_allocator_model_gives_its_estimates_its_own_wider_error():
-    j = _judge("C18", _c18([0.30]), CPU, protocol=1)
-    assert j.conditions[0]["reading"] == "unresolved"  # 30.6 % on each peak reaches past both edges
-
-
-def test_on_a_gpu_the_real_full_size_runs_are_counted_and_the_summary_says_so():
-    real = [{"workload": "w9", "batch": 8, "memory_saved": 0.3, "scale": "full"}]
-    j = _judge("C18", _c18([0.30], real), GPU)
-    assert "not counted" not in j.summary, j.summary
-    assert any(r["condition"].startswith("w9") for r in j.conditions)
-    j = _judge("C18", _c18([0.30], [dict(real[0], scale="tiny")]), CPU, scale="tiny")
-    assert "not counted" in j.summary
-
-
-def test_c19_says_the_saving_per_token_does_not_compound_when_it_stays_flat():
-    j = _judge("C19", _stored(CPUDOC, "C19"), CPU, scale="tiny")
-    assert j.verdict == "holds"
-    s = j.summary
-    assert "names no reference" not in s and "no unit" not in s, s
-    assert "feed-forward" in s, s  # the first half compares with the sentence before's feed-forward networks
-    assert "not observed" in s and "per token" in s, s
-    rule = claims.rule("C19")
-    assert "names no unit" not in rule and "feed-forward" in rule, rule
 
 
 def test_c10_says_which_half_its_verdict_rests_on():

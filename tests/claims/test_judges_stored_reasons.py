@@ -46,18 +46,3 @@ def test_a_modelled_gain_outside_the_direct_timings_interval_is_not_said_to_expl
     assert e["verdict"] == "does not hold"
     assert "explains it" not in s, s
     assert "disagree in size, but both lie far below the article's figure" in s, s
-
-
-def test_estimated_memory_and_batch_cells_of_a_gpu_column_carry_their_allocator_models_error():
-    from nogradlab.claims import estimate_validation
-
-    e = _judged("cuda-nvidia-h200", "C20")  # protocol 1: the old allocator model, off by up to 30.6 %
-    words, err = estimate_validation(1)
-    assert err > 0.3
-    assert e["verdict"] == "does not hold", e["summary"]
-    cells = {c["condition"]: c for c in e["evidence"]["conditions"]} if "conditions" in e.get("evidence", {}) else None
-    s = e["summary"]
-    assert "memory +84% [+70%, +92%] (disagrees)" in s, s  # 1 - 0.16 * 1.306 / 0.694 = 70 %
-    assert "batch 1.40x [0.75x, 2.64x] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
-    assert words in e["scope"]["text"] and "(speed)" in e["scope"]["text"], e["scope"]
-    assert cells is None or all(c["ci"] for n, c in cells.items() if "memory" in n)

@@ -377,16 +377,3 @@ def test_x05_reads_a_row_where_inference_mode_is_clearly_slower_than_no_grad_unr
     j = _judge("X05", _x05_inference_mode_slower(1.15, (1.06, 1.24)), GPU)
     assert [c["reading"] for c in j.conditions] == ["agrees", "agrees"] and j.verdict == "holds"
     assert "read unresolved" not in j.summary
-
-
-def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_decides_on_memory_and_batch():
-    m = _c20(["disagrees", "disagrees"], [None, None])
-    for r in m["rows"]:  # protocol 1: a training step timed, no speed_case
-        r["speed_gain_forward_only"] = 0.3
-    j = _judge("C20", m, GPU)
-    assert j.verdict == "does not hold", j.summary
-    speed = [c for c in j.conditions if "speed" in c["condition"]]
-    assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
-    assert "timed a training step" in j.summary and "memory and batch decide" in j.summary
-    m = _c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
-    assert _judge("C20", m, GPU).verdict == "inconclusive"
