@@ -1,5 +1,5 @@
 """report.html on a 390 px phone: no sideways panning, tables as stacked rows, multi-panel charts
-stacked (issue 12, finding 11b). Headless Chromium, as tests/run/test_report.py."""
+stacked. Headless Chromium, as tests/run/test_report.py."""
 import pytest
 from matplotlib.figure import Figure
 

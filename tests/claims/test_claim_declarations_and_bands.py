@@ -1,4 +1,4 @@
-"""Claims as data (issue 16): one declaration per claim, measurements apart from verdicts, every
+"""Claims as data: one declaration per claim, measurements apart from verdicts, every
 column judged by today's rules, one reading of a band, and each verdict naming its evidence."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 10: one timing per condition shared by every check, verdict rules as data (in every result,
+"""One timing per condition shared by every check, verdict rules as data (in every result,
 in claims.json and in the report), ties from confidence intervals, rounding as printed, the result's
 notebook display, and the merged GPU reference column."""
 from __future__ import annotations
@@ -246,7 +246,7 @@ def test_gpu_conditions_are_set_up_as_a_practitioner_would():
 
 
 def test_a_condition_stopped_before_it_decided_makes_the_verdict_provisional():
-    """Issue 15: a timed condition whose rounds ran out (time budget, most rounds) before its intervals
+    """A timed condition whose rounds ran out (time budget, most rounds) before its intervals
     decided the rule says so in the summary; decided ones add nothing."""
     import torch
 

@@ -1,5 +1,5 @@
-"""Torch's thread count follows the CPUs the process may use: affinity and the cgroup CPU quota
-(issue 12, finding 9b). Fake cgroup trees stand in for a container's /sys/fs/cgroup."""
+"""Torch's thread count follows the CPUs the process may use: affinity and the cgroup CPU quota.
+Fake cgroup trees stand in for a container's /sys/fs/cgroup."""
 import torch
 
 from nogradlab import device, notebook, timing

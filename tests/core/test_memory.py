@@ -377,10 +377,10 @@ def test_measure_modes(chain):
     assert not ran  # refused before anything ran
 
 
-# issue 17, finding 7: sizes beyond int64 byte arithmetic are refused before any work, naming the largest
+# sizes beyond int64 byte arithmetic are refused before any work, naming the largest
 @pytest.mark.parametrize("b", [2 ** 30 + 1, 2 ** 52, 2 ** 63])
 @pytest.mark.parametrize("dev", ["cpu", "cuda"])
-def test_issue17_batches_beyond_int64_arithmetic_are_refused(b, dev, monkeypatch):
+def test_batches_beyond_int64_arithmetic_are_refused(b, dev, monkeypatch):
     from nogradlab import batch, workloads
 
     monkeypatch.setattr(workloads.Workload, "build", lambda *a, **k: pytest.fail("work started"))
@@ -391,7 +391,7 @@ def test_issue17_batches_beyond_int64_arithmetic_are_refused(b, dev, monkeypatch
             batch.largest_batch("mlp", "train", 2 ** 40, dev, method="estimate", **kw)
 
 
-def test_issue17_the_largest_supported_batch_does_not_wrap_around():
+def test_the_largest_supported_batch_does_not_wrap_around():
     # the largest workload's training step at the largest batch: exact and inside int64
     one = memory.estimate("transformer_base", 1, "cpu", step="train", scale="full").total_peak_bytes
     big = memory.estimate("transformer_base", 2 ** 30, "cpu", step="train", scale="full").total_peak_bytes

@@ -1,5 +1,4 @@
-"""Probes do not lie about lazy work, and leave the global random number generators alone
-(issue 12, findings 5b and 5e)."""
+"""Probes do not lie about lazy work, and leave the global random number generators alone."""
 import subprocess
 import sys
 import warnings
@@ -13,7 +12,7 @@ from nogradlab import device, memory, timing, widgets
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# --- 5b: lazy work ---------------------------------------------------------------------------
+# --- lazy work ---------------------------------------------------------------------------
 
 def _gen():
     for _ in range(3):
@@ -48,7 +47,7 @@ def test_measure_modes_passes_the_warning_on():
     assert all(any("generator" in n for n in r.notes) for r in reports.values())
 
 
-# --- 5e: the global RNG ----------------------------------------------------------------------
+# --- the global RNG ----------------------------------------------------------------------
 
 FIRST_PROBE = """
 import sys, torch
@@ -142,7 +141,7 @@ def test_rng_preserved_saves_only_what_exists():
     assert device.leaves_rng_alone(lambda device=None: torch.rand(1))(device="cpu").shape == (1,)
 
 
-# --- issue 17, finding 5: the timers do not time lazy work as if it were done ------------------------------
+# --- the timers do not time lazy work as if it were done ------------------------------
 
 def _pool_future():
     import concurrent.futures
@@ -160,7 +159,7 @@ def _pool_future():
     (lambda m, x: map(m, [x]), "lazy map"),
     ("future", "a future"),
 ])
-def test_issue17_timers_warn_on_lazy_results(make, kind):
+def test_timers_warn_on_lazy_results(make, kind):
     m, x = torch.nn.Linear(64, 64), torch.ones(8, 64)
     futures = _pool_future()
     lazy = next(futures) if make == "future" else (lambda: make(m, x))
@@ -179,7 +178,7 @@ def test_issue17_timers_warn_on_lazy_results(make, kind):
         timing.measure(lambda: list(make(m, x)) if make != "future" else m(x), min_run_time=0.002)
 
 
-# --- issue 17, finding 6: memory.measure says what it cannot see ---------------------------------------------
+# --- memory.measure says what it cannot see ---------------------------------------------
 
 def _in_a_pool():
     import concurrent.futures
@@ -200,7 +199,7 @@ def _in_a_thread():
 
 
 @pytest.mark.parametrize("make", [_in_a_pool, _in_a_thread])
-def test_issue17_work_in_other_threads_is_named_not_reported_as_zero(make):
+def test_work_in_other_threads_is_named_not_reported_as_zero(make):
     import concurrent.futures.thread as cft
     import threading
 
@@ -220,7 +219,7 @@ def test_issue17_work_in_other_threads_is_named_not_reported_as_zero(make):
     assert r.peak_bytes >= 4 * 10 ** 6 and r.notes == []
 
 
-def test_issue17_sparse_tensors_are_named_as_not_counted(capsys):
+def test_sparse_tensors_are_named_as_not_counted(capsys):
     with pytest.warns(UserWarning, match="sparse_coo"):
         r = memory.measure(lambda: torch.ones(10 ** 5).to_sparse(), "cpu")
     assert any("sparse_coo" in n and "not counted" in n for n in r.notes)

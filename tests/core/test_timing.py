@@ -321,7 +321,7 @@ def test_compare_threads_and_progress():
     assert torch.get_num_threads() == before
 
 
-# -- stopping when it knows enough (issue 15) --------------------------------------------------------
+# -- stopping when it knows enough --------------------------------------------------------
 
 def _two():
     return {"a": lambda: sum(range(50)), "b": lambda: sum(range(60))}

@@ -327,7 +327,7 @@ def test_real_search_reports_bytes_left_allocated(monkeypatch):
     assert any("changed" in n for n in r.notes)
 
 
-def test_issue17_the_guess_survives_batches_that_reserve_the_same_bytes():
+def test_the_guess_survives_batches_that_reserve_the_same_bytes():
     # on virtual CUDA batches 1 and 2 of the MLP reserve the same bytes (one segment holds both): the
     # secant had no slope and the search stepped up from batch 2 (37 trials); the bracket between the
     # allocated and the reserved lines finds the same answer in fewer (a trial count is not a speed:

@@ -99,7 +99,7 @@ def test_fused_attention_not_the_math_path():
 
 
 def test_autocast_is_honoured_on_the_virtual_cuda_device():
-    """Issue 12, finding 5: eval+no_grad+fp16 on the virtual CUDA device used to drop autocast
+    """eval+no_grad+fp16 on the virtual CUDA device used to drop autocast
     (the same peak as fp32)."""
     fp32 = memory.estimate("resnet50", 32, "cuda", "eval+no_grad", scale="full")
     fp16 = memory.estimate("resnet50", 32, "cuda", "eval+no_grad+fp16", scale="full")

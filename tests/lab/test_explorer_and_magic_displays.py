@@ -1,6 +1,5 @@
-"""What the explorer, the budget explorer and the magics show (issue 12, findings 8, 9a, 10 and
-units): no headline ratio for noise, capped searches shown as lower bounds, the user's own line in
-a magic's traceback, and units on every number."""
+"""What the explorer, the budget explorer and the magics show: no headline ratio for noise, capped
+searches shown as lower bounds, the user's own line in a magic's traceback, and units on every number."""
 import re
 
 import numpy as np

@@ -109,7 +109,7 @@ def test_c25_is_not_testable_but_measures_the_mechanism():
     assert json_ok["measurements"]["statistic"]["testable"] is False
 
 
-def test_issue17_a_stopped_server_starts_again():
+def test_a_stopped_server_starts_again():
     srv = serving.InferenceServer("no_grad")
     for _ in range(2):
         srv.start()

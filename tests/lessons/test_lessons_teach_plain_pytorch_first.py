@@ -1,4 +1,4 @@
-"""Lessons 05-09 as a learner meets them (issue 19): plain PyTorch in front, exercises from the bank (a
+"""Lessons 05-09 as a learner meets them: plain PyTorch in front, exercises from the bank (a
 code exercise and a predict-then-run in each, solutions hidden and silent), a concept diagram drawn by
 each notebook's own code, headings in words with the claim ids in small print. Checked on the stored
 .ipynb files; the diagrams are drawn once each (execution itself is tested in test_notebooks.py)."""

@@ -1,6 +1,6 @@
-"""Issue 12, findings 1-4 and the runner's part of 5: a run never deletes what it did not write, two runs
-never share an output folder, every way a run ends leaves the earlier report (or the new one) and a
-``.failed`` of its own, and bad output paths fail before any work with exit 2 and no traceback."""
+"""A run never deletes what it did not write, two runs never share an output folder, every way a run ends
+leaves the earlier report (or the new one) and a ``.failed`` of its own, and bad output paths fail before
+any work with exit 2 and no traceback."""
 import json
 import os
 import signal
@@ -42,9 +42,9 @@ def tree(folder: Path) -> dict:
             for p in sorted(folder.rglob("*"))}
 
 
-# -- finding 1: data loss -------------------------------------------------------------------------------
+# -- nothing of the user's is deleted -------------------------------------------------------------------------------
 
-def test_finding1_a_users_folder_with_an_entry_named_notebooks_is_refused(tmp_path, capsys):
+def test_a_users_folder_with_an_entry_named_notebooks_is_refused(tmp_path, capsys):
     d = tmp_path / "d"
     (d / "notebooks").mkdir(parents=True)
     (d / "data").mkdir()
@@ -57,7 +57,7 @@ def test_finding1_a_users_folder_with_an_entry_named_notebooks_is_refused(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "good"]
 
 
-def test_finding1_the_repository_root_as_out_is_refused(tmp_path):
+def test_the_repository_root_as_out_is_refused(tmp_path):
     proc = cli(*run_args(good_notebooks(tmp_path), ".", tmp_path), cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and "which nogradlab reads" in proc.stderr
@@ -72,7 +72,7 @@ def test_finding1_the_repository_root_as_out_is_refused(tmp_path):
     assert sorted(p.name for p in other.iterdir()) == [".git", ".venv"]
 
 
-def test_finding1_a_marked_folder_that_now_holds_a_users_file_is_refused(tmp_path, capsys):
+def test_a_marked_folder_that_now_holds_a_users_file_is_refused(tmp_path, capsys):
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
     assert main(run_args(nbs, out, tmp_path)) == 0
     assert outdir.read_mark(out)["state"] == "complete"
@@ -83,7 +83,7 @@ def test_finding1_a_marked_folder_that_now_holds_a_users_file_is_refused(tmp_pat
     assert tree(out) == before
 
 
-def test_finding1_a_users_folder_named_like_our_siblings_is_never_deleted(tmp_path, capsys):
+def test_a_users_folder_named_like_our_siblings_is_never_deleted(tmp_path, capsys):
     nbs = good_notebooks(tmp_path)
     mine = tmp_path / "build.partial"
     mine.mkdir()
@@ -103,9 +103,9 @@ def test_a_run_replaces_its_own_earlier_report_and_an_empty_folder(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build", "good"]  # no lock, partial or previous left
 
 
-# -- finding 2: two runs into one --out ---------------------------------------------------------------
+# -- two runs into one --out ---------------------------------------------------------------
 
-def test_finding2_a_second_run_into_the_same_folder_is_refused_at_once(tmp_path):
+def test_a_second_run_into_the_same_folder_is_refused_at_once(tmp_path):
     slow = tmp_path / "slow"
     go = tmp_path / "go"  # the first run's notebook waits for this file: no race against a clock
     write_notebook(slow, "01_slow", "import pathlib, time\n"
@@ -146,10 +146,10 @@ def test_lock_refuses_a_second_holder_and_is_removed_on_release(tmp_path):
         pass
 
 
-# -- finding 3: SIGTERM and a late Ctrl-C -------------------------------------------------------------
+# -- SIGTERM and a late Ctrl-C -------------------------------------------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_finding3_a_signal_mid_run_keeps_the_earlier_report_and_writes_this_runs_failed(tmp_path, sig):
+def test_a_signal_mid_run_keeps_the_earlier_report_and_writes_this_runs_failed(tmp_path, sig):
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
     assert main(run_args(nbs, out, tmp_path)) == 0
     earlier = tree(out)
@@ -176,7 +176,7 @@ def test_finding3_a_signal_mid_run_keeps_the_earlier_report_and_writes_this_runs
     assert not list(tmp_path.glob(".build.nogradlab-lock"))
 
 
-def test_finding3_a_ctrl_c_while_the_report_is_written_is_honoured_after_it(tmp_path, monkeypatch):
+def test_a_ctrl_c_while_the_report_is_written_is_honoured_after_it(tmp_path, monkeypatch):
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
     real = report.write_html
 
@@ -204,16 +204,16 @@ def test_a_stale_failed_build_is_replaced_by_this_runs(tmp_path):
     assert not (tmp_path / "build.failed").exists()  # superseded by the good run
 
 
-# -- finding 4: bad output paths ----------------------------------------------------------------------
+# -- bad output paths ----------------------------------------------------------------------
 
-def test_finding4_claims_json_into_a_folder_fails_before_the_checks(tmp_path):
+def test_claims_json_into_a_folder_fails_before_the_checks(tmp_path):
     proc = cli("claims", "--device", "cpu", "--scale", "tiny", "--ids", "C01", "--json", str(tmp_path),
                cwd=tmp_path)
     assert proc.returncode == 2 and "is a folder" in proc.stderr and "Traceback" not in proc.stderr
     assert "C01" not in proc.stdout and "claims:" not in proc.stderr  # no check ran, no progress bar began
 
 
-def test_finding4_claims_json_never_overwrites_a_users_file(tmp_path, capsys):
+def test_claims_json_never_overwrites_a_users_file(tmp_path, capsys):
     mine = tmp_path / "results.json"
     mine.write_text('{"my": "data"}')
     assert main(["claims", "--device", "cpu", "--ids", "C01", "--json", str(mine), "--no-progress"]) == 2
@@ -221,7 +221,7 @@ def test_finding4_claims_json_never_overwrites_a_users_file(tmp_path, capsys):
     assert mine.read_text() == '{"my": "data"}'
 
 
-def test_finding4_unwritable_or_missing_locations_fail_with_exit_2(tmp_path, capsys, monkeypatch):
+def test_unwritable_or_missing_locations_fail_with_exit_2(tmp_path, capsys, monkeypatch):
     # a parent that cannot be created (a file is in the way)
     (tmp_path / "afile").write_text("x")
     assert main(run_args(good_notebooks(tmp_path), tmp_path / "afile" / "sub" / "out", tmp_path)) == 2
@@ -231,7 +231,7 @@ def test_finding4_unwritable_or_missing_locations_fail_with_exit_2(tmp_path, cap
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_finding4_a_read_only_out_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+def test_a_read_only_out_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
     assert main(run_args(nbs, out, tmp_path)) == 0
     earlier = tree(out)
@@ -267,16 +267,16 @@ def test_a_full_disk_while_writing_keeps_the_earlier_report(tmp_path, monkeypatc
     assert "No space left" in (tmp_path / "build.failed" / "FAILED.txt").read_text()
 
 
-# -- finding 5 (runner part): claim ids, a dead kernel --------------------------------------------------
+# -- claim ids, a dead kernel --------------------------------------------------
 
 @pytest.mark.parametrize("ids, words", [("", "empty"), (" , ", "empty"), ("C06,c06", "C06 twice"),
                                         ("C01,,C02", "empty item")])
-def test_finding5_empty_or_duplicated_ids_are_rejected(ids, words, capsys):
+def test_empty_or_duplicated_ids_are_rejected(ids, words, capsys):
     assert main(["claims", "--device", "cpu", "--ids", ids]) == 2
     assert words in capsys.readouterr().err
 
 
-def test_finding5_a_dead_kernel_is_reported_with_the_last_cell_that_finished(tmp_path):
+def test_a_dead_kernel_is_reported_with_the_last_cell_that_finished(tmp_path):
     nbs = tmp_path / "dies"
     write_notebook(nbs, "01_dies", "a = 1", "b = 2", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     outcome = runner.run("cpu", "tiny", tmp_path / "build", nbs, tmp_path / "no-results", progress=False)
@@ -305,7 +305,7 @@ def test_executed_notebook_pages_open_offline(tmp_path):
     assert "https://pytorch.org/docs/stable/" in page  # a link in the text is not a resource
 
 
-# -- issue 17, finding 1: a kill or a full disk during a write keeps the earlier file ----------------------
+# -- a kill or a full disk during a write keeps the earlier file ----------------------
 
 _WRITERS = {  # what writes results/<machine>/claims.json, a --json file, build/report.html, a notebook page
     "write_json": "report.write_json(doc, target)",
@@ -327,7 +327,7 @@ def _earlier(tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", sorted(_WRITERS))
-def test_issue17_sigkill_mid_write_leaves_the_earlier_file_intact(tmp_path, kind):
+def test_sigkill_mid_write_leaves_the_earlier_file_intact(tmp_path, kind):
     target, before = _earlier(tmp_path, kind)
     # the child writes a new version and is killed with SIGKILL after the bytes are written, before the
     # rename (os.fsync is where it waits)
@@ -361,7 +361,7 @@ os.fsync = stall
 
 
 @pytest.mark.parametrize("kind", sorted(_WRITERS))
-def test_issue17_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, kind, monkeypatch):
+def test_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, kind, monkeypatch):
     import errno
 
     from test_report import fake_doc
@@ -382,7 +382,7 @@ def test_issue17_a_full_disk_mid_write_leaves_the_earlier_file_intact(tmp_path, 
     assert sorted(f.name for f in tmp_path.iterdir()) == [target.name]  # no temporary file left behind
 
 
-# -- issue 17, finding 4: a bad reference never costs the run its output ----------------------------------
+# -- a bad reference never costs the run its output ----------------------------------
 
 def _unknown_reference(tmp_path):
     from test_report import fake_reference
@@ -395,7 +395,7 @@ def _unknown_reference(tmp_path):
     return refs_dir
 
 
-def test_issue17_a_reference_with_an_unknown_claim_is_skipped_by_run_and_claims(tmp_path, capsys):
+def test_a_reference_with_an_unknown_claim_is_skipped_by_run_and_claims(tmp_path, capsys):
     refs = _unknown_reference(tmp_path)
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
     argv = run_args(nbs, out, tmp_path)
@@ -410,7 +410,7 @@ def test_issue17_a_reference_with_an_unknown_claim_is_skipped_by_run_and_claims(
     assert report.load_doc(f)["claims"][0]["id"] == "C30"
 
 
-def test_issue17_a_crash_in_the_report_step_still_leaves_failed_and_failed_txt(tmp_path, monkeypatch, capsys):
+def test_a_crash_in_the_report_step_still_leaves_failed_and_failed_txt(tmp_path, monkeypatch, capsys):
     nbs, out = good_notebooks(tmp_path), tmp_path / "build"
 
     def broken(doc, folder, refs=()):

@@ -1,4 +1,4 @@
-"""Issue 12, finding 12: installing nogradlab prints no setuptools deprecation (the license is an SPDX
+"""Installing nogradlab prints no setuptools deprecation (the license is an SPDX
 string, the form setuptools asks for from 2027-02-18 on)."""
 import subprocess
 import sys

@@ -122,7 +122,7 @@ def test_reference_run_searches_every_batch_for_real():
     assert "rounds" not in mod.params_for("C03", "cpu") and "rounds" not in mod.params_for("C03")
 
 
-# -- issue 17: --resume keeps every earlier measurement, bad inputs are refused before any work ----------
+# -- --resume keeps every earlier measurement, bad inputs are refused before any work ----------
 
 def _load_script():
     import importlib.util
@@ -144,7 +144,7 @@ def _resume_args(folder, out):
             "--workloads", "mlp", "--time-budget", "0", "--resume", str(folder / "claims.json")]
 
 
-def test_finding2_resume_keeps_every_earlier_section(rehearsal, tmp_path):
+def test_resume_keeps_every_earlier_section(rehearsal, tmp_path):
     _, first = rehearsal
     folder = _copy(first, tmp_path)
     before = json.loads((folder / "gpu_reference.json").read_text())
@@ -173,7 +173,7 @@ def _doctored(folder, tmp_path, **meta):
 @pytest.mark.parametrize("meta, words", [({"machine": "cuda-nvidia-h200"}, "another machine's run"),
                                          ({"scale": "full"}, "ran at scale full"),
                                          ({"torch": "1.0.0"}, "ran with torch 1.0.0")])
-def test_finding3_a_mismatched_resume_is_refused_before_any_work(rehearsal, tmp_path, meta, words):
+def test_a_mismatched_resume_is_refused_before_any_work(rehearsal, tmp_path, meta, words):
     folder = _doctored(rehearsal[1], tmp_path, **meta)
     before = (folder / "claims.json").read_bytes()
     p = _run(*_resume_args(folder, tmp_path / "out"), timeout=60)
@@ -182,7 +182,7 @@ def test_finding3_a_mismatched_resume_is_refused_before_any_work(rehearsal, tmp_
     assert (folder / "claims.json").read_bytes() == before
 
 
-def test_finding9_unreadable_resume_and_merge_inputs_exit_2(rehearsal, tmp_path):
+def test_unreadable_resume_and_merge_inputs_exit_2(rehearsal, tmp_path):
     good = rehearsal[1] / "claims.json"
     trunc = tmp_path / "trunc.json"
     trunc.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
@@ -200,7 +200,7 @@ def test_finding9_unreadable_resume_and_merge_inputs_exit_2(rehearsal, tmp_path)
         assert "1. probes" not in p.stdout and not (tmp_path / "out").exists()
 
 
-def test_finding1_a_full_disk_or_a_failed_rename_keeps_every_earlier_file(rehearsal, tmp_path, monkeypatch,
+def test_a_full_disk_or_a_failed_rename_keeps_every_earlier_file(rehearsal, tmp_path, monkeypatch,
                                                                           capsys):
     import errno
     import os

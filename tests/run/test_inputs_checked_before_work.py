@@ -1,4 +1,4 @@
-"""Issue 17, findings 8-10: environment variables, seeds, budgets and sizes are checked before any work
+"""Environment variables, seeds, budgets and sizes are checked before any work
 with an error naming the variable or the allowed values; small things that printed a wrong number."""
 import math
 from pathlib import Path
@@ -12,10 +12,10 @@ from nogradlab.__main__ import main
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# -- finding 8: the environment ----------------------------------------------------------------------------
+# -- the environment ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["-5", "lots", "1.5"])
-def test_finding8_a_bad_cublaslt_workspace_size_names_the_variable(monkeypatch, value):
+def test_a_bad_cublaslt_workspace_size_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", value)
     with pytest.raises(ValueError, match=r"CUBLASLT_WORKSPACE_SIZE=.*non-negative whole number of KiB"):
         memory.estimate("mlp", 4, "cuda")
@@ -24,7 +24,7 @@ def test_finding8_a_bad_cublaslt_workspace_size_names_the_variable(monkeypatch, 
 
 
 @pytest.mark.parametrize("where", ["folder", "missing folder"])
-def test_finding8_a_bad_ledger_path_fails_before_the_checks(tmp_path, monkeypatch, capsys, where):
+def test_a_bad_ledger_path_fails_before_the_checks(tmp_path, monkeypatch, capsys, where):
     path = tmp_path if where == "folder" else tmp_path / "nope" / "ledger.jsonl"
     monkeypatch.setenv("NOGRADLAB_LEDGER", str(path))
     ran = []
@@ -42,9 +42,9 @@ def test_finding8_a_bad_ledger_path_fails_before_the_checks(tmp_path, monkeypatc
     assert claims.ledger_path() == str(tmp_path / "ledger.jsonl")
 
 
-# -- finding 9: tracebacks where a clear error belongs -------------------------------------------------------
+# -- tracebacks where a clear error belongs -------------------------------------------------------
 
-def test_finding9_run_out_root_is_refused_without_a_traceback(capsys, tmp_path):
+def test_run_out_root_is_refused_without_a_traceback(capsys, tmp_path):
     from test_output_safety import good_notebooks
 
     rc = main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(good_notebooks(tmp_path)),
@@ -54,7 +54,7 @@ def test_finding9_run_out_root_is_refused_without_a_traceback(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("seed", ["99999999999999999999", str(2 ** 63), str(-(2 ** 63) - 1)])
-def test_finding9_a_seed_out_of_range_exits_2_before_any_work(seed, capsys, monkeypatch):
+def test_a_seed_out_of_range_exits_2_before_any_work(seed, capsys, monkeypatch):
     ran = []
     for c in claims.all_claims():  # no check may start
         monkeypatch.setattr(c, "measure", lambda ctx: ran.append(1) or {})
@@ -68,7 +68,7 @@ def test_finding9_a_seed_out_of_range_exits_2_before_any_work(seed, capsys, monk
 
 
 @pytest.mark.parametrize("gib", [math.inf, math.nan, -1.0, 0.0, 2 ** -31])
-def test_finding9_budgets_are_finite_and_at_least_one_byte(gib):
+def test_budgets_are_finite_and_at_least_one_byte(gib):
     with pytest.raises(ValueError, match="budget_gib must be a positive, finite number"):
         widgets.budget_explorer("mlp", "tiny", "cpu", budget_gib=gib, interactive=False)
     if gib > 0:
@@ -79,14 +79,14 @@ def test_finding9_budgets_are_finite_and_at_least_one_byte(gib):
             notebook.setup(device="cpu", scale="tiny", budget_gib=gib)
 
 
-# -- finding 10: smaller ----------------------------------------------------------------------------------
+# -- smaller ----------------------------------------------------------------------------------
 
-def test_finding10_half_a_byte_is_not_a_budget():
+def test_half_a_byte_is_not_a_budget():
     with pytest.raises(ValueError, match="at least 1"):
         batch.largest_batch("mlp", "eval+no_grad", 0.5, "cpu", scale="tiny")
 
 
-def test_finding10_simulate_takes_numpy_integers():
+def test_simulate_takes_numpy_integers():
     ev = [("alloc", "a", np.int64(10)), ("free", "a")]
     got = allocator.simulate(ev, limit_bytes=np.int64(2 ** 30))
     want = allocator.simulate([("alloc", "a", 10), ("free", "a")], limit_bytes=2 ** 30)

@@ -162,7 +162,7 @@ def test_committed_reference_results_follow_the_schema():
         assert [c["id"] for c in doc["claims"]] == claims.ids(), path
 
 
-def test_issue17_finding4_unreadable_or_unknown_references_are_skipped_with_a_reason(tmp_path, capsys):
+def test_unreadable_or_unknown_references_are_skipped_with_a_reason(tmp_path, capsys):
     refs_dir, ref = fake_reference(tmp_path)
     unknown = json.loads((refs_dir / ref["meta"]["machine"] / "claims.json").read_text())
     unknown["claims"][0]["id"] = "C99"
@@ -185,7 +185,7 @@ def test_issue17_finding4_unreadable_or_unknown_references_are_skipped_with_a_re
     report.terminal_table(fake_doc(), [("m", unknown)])  # and a caller's own such reference does not crash it
 
 
-def test_issue17_finding10_a_misspelled_results_folder_is_warned_about(tmp_path, capsys):
+def test_a_misspelled_results_folder_is_warned_about(tmp_path, capsys):
     assert report.load_references(tmp_path / "resluts") == []
     assert "does not exist" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Issue 15: a learner's GPU run, planned without a GPU. nogradlab.plan computes each notebook's cost on
+"""A learner's GPU run, planned without a GPU. tools/plan.py computes each notebook's cost on
 an H200-class GPU from the checks' own knobs (rounds, samples, time budgets, batches, cases), exact trial
 counts of the estimate searches and per-call times measured on an H200; these tests hold the plan to a
 learner's budgets and check that the plan follows the protocol (a change of knobs changes the plan)."""
