@@ -45,7 +45,7 @@ def test_a_bad_ledger_path_fails_before_the_checks(tmp_path, monkeypatch, capsys
 # -- tracebacks where a clear error belongs -------------------------------------------------------
 
 def test_run_out_root_is_refused_without_a_traceback(capsys, tmp_path):
-    from test_output_safety import good_notebooks
+    from test_run_keeps_earlier_outputs import good_notebooks
 
     rc = main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(good_notebooks(tmp_path)),
                "--out", "/", "--no-progress"])
