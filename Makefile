@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing nogradlab and its dependencies into $(VENV) (first time: about 2-3 minutes, ~6 GB)..."
 	@# setuptools: `python3 -m venv` seeds an old one (65 on Python 3.11) that predates the SPDX
-	@# `license = "MIT"` form; tests/test_packaging.py builds the metadata with the venv's own.
+	@# `license = "MIT"` form; tests/project/test_packaging.py builds the metadata with the venv's own.
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH_PINS)
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null

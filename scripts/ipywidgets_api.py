@@ -1,5 +1,5 @@
 """Dump the ipywidgets API nogradlab.widgets may rely on: for each widget class, its traits (the
-keyword arguments it accepts) and public methods, as JSON. tests/test_widgets_compat.py checks
+keyword arguments it accepts) and public methods, as JSON. tests/lab/test_widgets_compat.py checks
 nogradlab/lab/widgets.py against the dump of the oldest supported release (7.7.0):
 
     pip install --no-deps --target /tmp/w77 ipywidgets==7.7.0 ipython_genutils

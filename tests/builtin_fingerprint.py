@@ -1,6 +1,6 @@
 """The estimates of the four built-in workloads at tiny scale, as numbers: written once to
 tests/data/builtin_estimates.json (``python tests/builtin_fingerprint.py``, from the code before a
-change) and compared to the byte by tests/test_own_model.py, so that support for other models
+change) and compared to the byte by tests/core/test_own_model.py, so that support for other models
 cannot change what the built-in workloads get."""
 from __future__ import annotations
 

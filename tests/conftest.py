@@ -1,14 +1,22 @@
-"""Shared pytest set-up: the markers of every test, by file; and the papermill pass's times and memory,
+"""Shared pytest set-up: the markers of every test, by folder; and the papermill pass's times and memory,
 printed at the end of the session (and written to test-artifacts/papermill/times.json). They are
 figures, not limits: a slower machine takes longer; `make bench` prints them beside the budgets.
 
-Markers (registered in pyproject.toml), given here by file rather than in every test file:
-* ``notebooks``: executes notebooks or a Jupyter kernel/server (nbval, papermill, ``nogradlab run``,
-  ``make lab``); the nbval items of notebooks/*.ipynb too;
-* ``browser``: drives headless Chromium (the report, JupyterLab);
-* ``gpu``: needs a CUDA GPU (skipped without one), or rehearses the GPU reference run;
+The folders follow the code: tests/core, tests/estimate, tests/lab, tests/claims and tests/run guard the
+package's five wings (tests/claims/test_nb05.py: every check and judge of notebook 05's claims);
+tests/lessons reads the stored notebooks as lessons; tests/tools guards tools/; tests/project the
+packaging, environment files and README; tests/notebooks and tests/browser hold what starts a kernel or a
+browser.
+
+Markers (registered in pyproject.toml), given here by folder rather than in every test file:
+* ``notebooks``: everything in tests/notebooks (executes notebooks or a Jupyter kernel/server: nbval,
+  papermill, ``nogradlab run``, ``make lab``); the nbval items of notebooks/*.ipynb too;
+* ``browser``: everything in tests/browser (drives headless Chromium: the report, JupyterLab, the book);
+* ``gpu``: needs a CUDA GPU (skipped without one; found by the skip's reason), or rehearses the GPU
+  reference run (GPU_FILES);
 * ``integration``: runs claim checks, largest-batch searches or whole workloads end to end (seconds per
-  test): the claims' tests, and the slowest package tests, by name (measured on a 2-core CPU);
+  test): the claims' tests (INTEGRATION_FILES), and the slowest package tests, by name
+  (INTEGRATION_TESTS, measured on a 2-core CPU);
 * ``unit``: everything else: the package's own tests, no kernel, no browser, no GPU, each well under a
   second. ``pytest -m unit`` (``make unit``) is the quick pass: under a minute on a 2-core CPU.
 """
@@ -23,43 +31,57 @@ import pytest
 # notebooks' kernels, which inherit the environment; outside the tests it reads "needs re-measuring"
 os.environ.setdefault("NOGRADLAB_STRICT_JUDGES", "1")
 
-NOTEBOOK_FILES = {"test_notebooks.py", "test_cli.py", "test_output_safety.py", "test_make_lab.py",
-                  "test_session_bench.py"}
-BROWSER_FILES = {"test_browser_lab.py", "test_report_mobile.py", "test_book.py"}
-GPU_FILES = {"test_gpu_reference.py"}
-INTEGRATION_FILES = {"test_claims_numbers.py", "test_claims_semantics.py", "test_verdicts.py",
-                     "test_lesson_verdicts.py", "test_stored_columns_fuzz.py"}
+TESTS = Path(__file__).resolve().parent
+# folder (under tests/) -> marker of every test in it
+FOLDER_MARKERS = {"notebooks": "notebooks", "browser": "browser"}
+# the files and tests below are named by their path under tests/
+GPU_FILES = {"run/test_gpu_reference.py"}
+INTEGRATION_FILES = {"claims/test_claims_numbers.py", "claims/test_claims_semantics.py",
+                     "claims/test_shared_conditions_and_rules.py", "claims/test_lesson_verdicts.py",
+                     "claims/test_stored_columns_fuzz.py"}
 # file -> tests (without parameters) that take seconds: measured with --durations on a 2-core AMD EPYC
 # (torch 2.14.1), 2 s to 21 s each (all parameters together)
 INTEGRATION_TESTS = {
-    "test_own_model.py": {"test_cpu_estimate_equals_measure_to_the_byte",
-                          "test_built_in_workloads_get_exactly_what_they_got_before"},
-    "test_cudamodel.py": {"test_largest_batch_brackets_the_h200_searches",
-                          "test_largest_batch_under_inference_mode_is_no_grads"},
-    "test_probe_honesty.py": {"test_first_probe_in_a_process_leaves_the_rng_alone"},
-    "test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
-    "test_workloads.py": {"test_tiny_forward_backward"},
-    "test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
-    "test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
-                           "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
+    "core/test_own_model.py": {"test_cpu_estimate_equals_measure_to_the_byte",
+                               "test_built_in_workloads_get_exactly_what_they_got_before"},
+    "estimate/test_cudamodel.py": {"test_largest_batch_brackets_the_h200_searches",
+                                   "test_largest_batch_under_inference_mode_is_no_grads"},
+    "core/test_probes_lazy_work_and_rng.py": {"test_first_probe_in_a_process_leaves_the_rng_alone"},
+    "estimate/test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
+    "core/test_workloads.py": {"test_tiny_forward_backward"},
+    "core/test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
+    "run/test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
+                               "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
+    # notebook 05's checks, run end to end (as the rest of test_claims_numbers.py); its judge tests are unit
+    "claims/test_nb05.py": {"test_c18_above_the_band_is_not_agreement_and_estimates_decide",
+                            "test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns",
+                            "test_c19_saving_grows_with_sequence_length",
+                            "test_c20_rows_cover_the_table_with_the_article_bands",
+                            "test_c20_times_the_training_step_row_when_asked",
+                            "test_c21_uses_the_c19_sweep"},
 }
-# file -> tests (without parameters) that execute notebooks, in files that are otherwise unit tests
-NOTEBOOK_TESTS = {"test_your_model.py": {"test_notebook_runs_on_models_it_does_not_name"}}
+# a list that names a file no longer there would mark nothing, silently: refuse it
+_missing = sorted(f for f in GPU_FILES | INTEGRATION_FILES | set(INTEGRATION_TESTS) if not (TESTS / f).is_file())
+if _missing:
+    raise RuntimeError(f"tests/conftest.py names test files that do not exist: {_missing}")
 
 
 def _kind(item) -> str:
-    path = Path(str(item.fspath))
+    path = Path(str(item.fspath)).resolve()
     if path.suffix == ".ipynb":
         return "notebooks"
-    if path.name in BROWSER_FILES or "chromium" in item.name:
-        return "browser"
-    if path.name in NOTEBOOK_FILES or getattr(item, "originalname", item.name) in NOTEBOOK_TESTS.get(path.name, ()):
-        return "notebooks"
+    try:
+        rel = path.relative_to(TESTS).as_posix()
+    except ValueError:  # outside tests/
+        rel = path.name
+    folder = rel.split("/")[0] if "/" in rel else ""
+    if folder in FOLDER_MARKERS:
+        return FOLDER_MARKERS[folder]
     # the same marker on every machine: by the skip's reason, whatever its condition is here
     needs_gpu = any("CUDA GPU" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
-    if path.name in GPU_FILES or needs_gpu:
+    if rel in GPU_FILES or needs_gpu:
         return "gpu"
-    if path.name in INTEGRATION_FILES or getattr(item, "originalname", item.name) in INTEGRATION_TESTS.get(path.name, ()):
+    if rel in INTEGRATION_FILES or getattr(item, "originalname", item.name) in INTEGRATION_TESTS.get(rel, ()):
         return "integration"
     return "unit"
 
@@ -72,7 +94,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_terminal_summary(terminalreporter):
     import sys
 
-    mod = sys.modules.get("test_notebooks") or sys.modules.get("tests.test_notebooks")
+    mod = sys.modules.get("test_notebooks") or sys.modules.get("tests.notebooks.test_notebooks")
     runs = getattr(mod, "RUNS", None)
     if not runs:
         return

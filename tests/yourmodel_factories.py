@@ -1,6 +1,6 @@
 """Small models that notebook 10 does not name, built by MODULE:FACTORY as `nogradlab estimate` takes them:
 token inputs with a tuple output, two inputs with a dict output, explicit attention weights, and an operator
-that fake tensors cannot run. Imported by tests/test_your_model.py and, through PYTHONPATH, by the notebook's
+that fake tensors cannot run. Imported by tests/run/test_your_model.py and, through PYTHONPATH, by the notebook's
 kernel."""
 from __future__ import annotations
 

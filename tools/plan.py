@@ -10,7 +10,7 @@ A plan is an upper estimate, not a measurement: a timed condition is planned as 
 never decided before its time budget, each search as many trials as it took on the virtual CUDA
 device (the trial counts are exact: an estimate's search runs the same trials on a GPU), and every
 other check as long as it took on the reference GPU. The reference data (``tools/plan_h200.json``)
-says where each figure comes from. ``tests/test_gpu_plan.py`` checks the plan against a learner's
+says where each figure comes from. ``tests/tools/test_gpu_plan.py`` checks the plan against a learner's
 budgets: every notebook within a minute on an H200-class GPU, the whole collection within 8 minutes.
 """
 from __future__ import annotations

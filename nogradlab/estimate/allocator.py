@@ -47,7 +47,7 @@ address below the older ones, as cudaMalloc gave them on the H200 for the large 
 matter (it reuses freed ranges too, which the model does not); with the opposite order the U-Net's
 largest eval+no_grad batch under 12 GiB would come out 163 instead of the 196 the H200 found. With that, the model reproduced six allocator traces recorded on an
 NVIDIA H200 (torch 2.11) event for event: every segment, every refused request, both modes
-(``tests/test_allocator.py``).
+(``tests/estimate/test_allocator.py``).
 
 ``events`` for :func:`simulate`: ``("alloc", key, nbytes)`` and ``("free", key)``; also
 ``("try_alloc", key, nbytes)``: a request whose failure the caller survives (cuDNN asks for a

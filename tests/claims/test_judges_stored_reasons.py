@@ -1,0 +1,48 @@
+"""The stored columns' summaries give the reasons their own numbers support (ties are ties, a
+protocol's reading is described as that protocol took it)."""
+from pathlib import Path
+
+from nogradlab import report
+from nogradlab.claims.measure import _tier_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _judged(folder, cid):
+    doc = dict(report.load_references(ROOT / "results"))[folder]
+    return next(e for e in doc["claims"] if e["id"] == cid)
+
+
+def test_tiers_join_overlapping_intervals_with_equals_and_rank_only_disjoint_ones():
+    sp = {"a": 1.5, "b": 1.14, "c": 1.0, "d": 0.5}
+    ci = {"a": [1.22, 2.0], "b": [0.78, 1.3], "c": [0.78, 1.21], "d": [0.4, 0.6]}
+    line = _tier_line(sp, ci, [["a", "b"], ["c"], ["d"]])
+    assert line == "a 1.50\u00d7 = b 1.14\u00d7 = c 1.00\u00d7 > d 0.50\u00d7", line
+
+
+def test_inference_mode_overlapping_no_grad_is_no_disturbed_timing_and_the_open_lever_is_named():
+    e = _judged("cuda-nvidia-h200", "X05")
+    s = e["summary"]
+    assert "clearly slower" not in s and "disturbed timing" not in s, s
+    assert "no_grad+channels_last 1.14\u00d7 > inference_mode" not in s, s
+    assert "no_grad+compile 1.51\u00d7 [1.2238\u00d7, 2.0118\u00d7] reaches down to no_grad's 1.15\u00d7 [1.0496\u00d7, 1.2244\u00d7]" in s, s
+    assert e["verdict"] == "inconclusive"
+    row = next(c for c in e["evidence"]["conditions"] if c["condition"] == "resnet50@32") if "conditions" in e.get("evidence", {}) else None
+    if row is not None:
+        assert row["reading"] == "unresolved"
+
+
+def test_a_column_without_per_step_timing_or_stored_labels_is_described_as_it_was_measured():
+    s = _judged("cuda-nvidia-h200", "C17")["summary"]  # protocol 1: the whole 20-batch loop timed at once
+    assert "cut the whole loop's time by" in s and "each step's forward" not in s, s
+    assert "drawn independently of the model" not in s and "chance" not in s, s
+    s = _judged("cpu-amd-epyc-2-threads", "C17")["summary"]  # stores timing and how its labels were made
+    assert "cut each step's forward by" in s and "drawn independently of the model" in s, s
+
+
+def test_a_modelled_gain_outside_the_direct_timings_interval_is_not_said_to_explain_it():
+    e = _judged("cpu-amd-epyc-2-threads", "C13")  # timed 2 % [2 %, 3 %], modelled 1.07 %
+    s = e["summary"]
+    assert e["verdict"] == "does not hold"
+    assert "explains it" not in s, s
+    assert "disagree in size, but both lie far below the article's figure" in s, s

@@ -1,0 +1,94 @@
+"""Environment variables, seeds, budgets and sizes are checked before any work
+with an error naming the variable or the allowed values; small things that printed a wrong number."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nogradlab import allocator, batch, claims, cudamodel, memory, notebook, runner, widgets
+from nogradlab.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- the environment ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["-5", "lots", "1.5"])
+def test_a_bad_cublaslt_workspace_size_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", value)
+    with pytest.raises(ValueError, match=r"CUBLASLT_WORKSPACE_SIZE=.*non-negative whole number of KiB"):
+        memory.estimate("mlp", 4, "cuda")
+    monkeypatch.setenv("CUBLASLT_WORKSPACE_SIZE", "0")
+    assert cudamodel.profile().cublaslt_workspace == 0
+
+
+@pytest.mark.parametrize("where", ["folder", "missing folder"])
+def test_a_bad_ledger_path_fails_before_the_checks(tmp_path, monkeypatch, capsys, where):
+    path = tmp_path if where == "folder" else tmp_path / "nope" / "ledger.jsonl"
+    monkeypatch.setenv("NOGRADLAB_LEDGER", str(path))
+    ran = []
+    for c in claims.all_claims():  # no check may start
+        monkeypatch.setattr(c, "measure", lambda ctx: ran.append(1) or {})
+    rc = main(["claims", "--device", "cpu", "--scale", "tiny", "--ids", "C30", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "NOGRADLAB_LEDGER" in err and "Traceback" not in err and not ran
+    for call in (lambda: claims.check("C30", device="cpu", scale="tiny"),
+                 lambda: runner.check_claims(["C30"], "cpu", "tiny", progress=False)):
+        with pytest.raises(ValueError, match="NOGRADLAB_LEDGER"):
+            call()
+    assert not ran
+    monkeypatch.setenv("NOGRADLAB_LEDGER", str(tmp_path / "ledger.jsonl"))  # a new file is fine
+    assert claims.ledger_path() == str(tmp_path / "ledger.jsonl")
+
+
+# -- tracebacks where a clear error belongs -------------------------------------------------------
+
+def test_run_out_root_is_refused_without_a_traceback(capsys, tmp_path):
+    from test_run_keeps_earlier_outputs import good_notebooks
+
+    rc = main(["run", "--device", "cpu", "--scale", "tiny", "--notebooks", str(good_notebooks(tmp_path)),
+               "--out", "/", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "filesystem root" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999", str(2 ** 63), str(-(2 ** 63) - 1)])
+def test_a_seed_out_of_range_exits_2_before_any_work(seed, capsys, monkeypatch):
+    ran = []
+    for c in claims.all_claims():  # no check may start
+        monkeypatch.setattr(c, "measure", lambda ctx: ran.append(1) or {})
+    assert main(["claims", "--device", "cpu", "--scale", "tiny", "--seed", seed, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "out of range" in err and str(2 ** 63 - 1) in err and not ran
+    for call in (lambda: notebook.setup(seed=int(seed)), lambda: claims.check("C30", "cpu", "tiny", int(seed))):
+        with pytest.raises(ValueError, match="out of range"):
+            call()
+    assert not ran
+
+
+@pytest.mark.parametrize("gib", [math.inf, math.nan, -1.0, 0.0, 2 ** -31])
+def test_budgets_are_finite_and_at_least_one_byte(gib):
+    with pytest.raises(ValueError, match="budget_gib must be a positive, finite number"):
+        widgets.budget_explorer("mlp", "tiny", "cpu", budget_gib=gib, interactive=False)
+    if gib > 0:
+        with pytest.raises(ValueError, match="budget_bytes must be a positive, finite number of bytes, at least 1"):
+            batch.largest_batch("mlp", "train", gib, "cpu", scale="tiny")
+    if not gib < math.inf:  # what papermill passes as -p budget_gib inf: stopped at setup
+        with pytest.raises(ValueError, match="budget_gib must be positive finite numbers"):
+            notebook.setup(device="cpu", scale="tiny", budget_gib=gib)
+
+
+# -- smaller ----------------------------------------------------------------------------------
+
+def test_half_a_byte_is_not_a_budget():
+    with pytest.raises(ValueError, match="at least 1"):
+        batch.largest_batch("mlp", "eval+no_grad", 0.5, "cpu", scale="tiny")
+
+
+def test_simulate_takes_numpy_integers():
+    ev = [("alloc", "a", np.int64(10)), ("free", "a")]
+    got = allocator.simulate(ev, limit_bytes=np.int64(2 ** 30))
+    want = allocator.simulate([("alloc", "a", 10), ("free", "a")], limit_bytes=2 ** 30)
+    assert got.allocated_peak_bytes == want.allocated_peak_bytes == 512
+    assert got.reserved_peak_bytes == want.reserved_peak_bytes > 0

@@ -1,0 +1,256 @@
+"""Notebook 10 (your model) and its instrument, nogradlab.yourmodel: the request is checked before any work;
+what one forward saves is counted per layer, each storage once, weights left out; the L x L attention matrix is
+seen where it is saved and not elsewhere; the estimate document is the command's own (`nogradlab estimate
+--json`), also through the loop used for several inputs; an operator fake tensors cannot run is named. The
+notebook runs through papermill on models it does not name (token inputs with a tuple output, two inputs with a
+dict output, a torchvision model, a custom operator without a fake kernel), and its saved document agrees with
+the command's on the same model.
+
+The test models live in tests/yourmodel_factories.py (importable by the notebook's kernel through PYTHONPATH)."""
+from __future__ import annotations
+
+import json
+import re
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import yourmodel_factories as F
+from nogradlab import memory, yourmodel
+from nogradlab.exercises import nb10
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where yourmodel_factories.py lives
+NB = REPO / "notebooks" / "10_your_model.ipynb"
+
+
+# --------------------------------------------------------------------------------------------
+# the request
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(model="torchvision.models", input="3x8x8"), "MODULE:FACTORY"),
+    (dict(model="torchvision.models:no_such_model", input="3x8x8"), "has no"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x0x8"), "positive integer"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x8x8,"), "several joined by commas"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x8x8", dtype="float8"), "allowed: float32"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x8x8,8", dtype="float32,int64,bool"), "one per input"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x8x8", gpu="24 parsecs"), "units: B, KiB"),
+    (dict(model="yourmodel_factories:two_inputs", input="3x8x8", save_json=12), "file name"),
+])
+def test_check_refuses_bad_parameters_naming_what_is_allowed(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        yourmodel.check(**kwargs)
+
+
+def test_check_never_targets_a_file_it_did_not_write(tmp_path):
+    theirs = tmp_path / "notes.json"
+    theirs.write_text(json.dumps({"mine": True}))
+    with pytest.raises(ValueError, match="nothing was overwritten"):
+        yourmodel.check("yourmodel_factories:tiny_encoder", "16", "int64", save_json=str(theirs))
+    with pytest.raises(ValueError, match="is a folder"):
+        yourmodel.check("yourmodel_factories:tiny_encoder", "16", "int64", save_json=str(tmp_path))
+    assert json.loads(theirs.read_text()) == {"mine": True}
+
+
+def test_inputs_as_the_command_takes_them_token_ids_and_several():
+    tokens = yourmodel.check("yourmodel_factories:tiny_encoder", 16, "int64")  # papermill's -p input 16: an int
+    x = tokens.sample(3)
+    assert x.shape == (3, 16) and x.dtype == torch.int64 and not x.any()  # zeros: valid token ids
+    assert tokens.request is not None and tokens.request.shape == (16,)
+    two = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8", "float32")
+    img, feats = two.sample(2)
+    assert img.shape == (2, 3, 16, 16) and feats.shape == (2, 8) and two.request is None
+    out = two.build()(*two.sample(2))
+    assert set(out) == {"logits", "aux"}
+    mixed = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8", "float64,int64")
+    assert [t.dtype for t in mixed.sample(1)] == [torch.float64, torch.int64]
+    assert next(mixed.build().parameters()).dtype == torch.float64  # a floating input dtype is the model's
+    assert torch.get_default_dtype() == torch.float32
+
+
+# --------------------------------------------------------------------------------------------
+# what one forward saves
+
+
+def _conv_net():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(8 * 4 * 4, 10))
+
+
+@pytest.mark.parametrize("make, x", [
+    (_conv_net, torch.randn(2, 3, 8, 8)),
+    (F.two_inputs, (torch.randn(2, 3, 16, 16), torch.randn(2, 8))),
+])
+def test_saved_by_layer_agrees_with_memory_measure_and_sums_its_layers(make, x):
+    torch.manual_seed(0)
+    model = make()
+    saved = yourmodel.saved_by_layer(model, x)
+    args = x if isinstance(x, tuple) else (x,)
+    with torch.enable_grad():
+        ref = memory.measure(lambda: model(*args), "cpu")
+    assert saved.total_bytes == ref.saved_bytes > 0 and saved.tensors == ref.saved_tensors
+    assert sum(r["saved_bytes"] for r in saved.rows) == saved.total_bytes
+    by_name = {m.name: m.saved_bytes for m in ref.modules}
+    assert {r["layer"]: r["saved_bytes"] for r in saved.rows if r["layer"] in by_name} == \
+        {k: v for k, v in by_name.items() if k in {r["layer"] for r in saved.rows}}
+
+
+def test_saved_by_layer_leaves_out_weights_of_layers_whose_forward_never_runs():
+    """MultiheadAttention uses out_proj's weight without calling out_proj: still a weight, not saved bytes
+    (memory.measure counts it: its exclusion list holds the weights of modules that ran)."""
+    torch.manual_seed(0)
+    model, x = F.explicit_attention(), torch.randn(2, 10, 16)
+    saved = yourmodel.saved_by_layer(model, x)
+    assert saved.total_bytes == nb10.saved_bytes.reference(model, x)  # the exercise's hand count
+    ref = memory.measure(lambda: model(x), "cpu").saved_bytes
+    assert ref - saved.total_bytes == model.mha.out_proj.weight.untyped_storage().nbytes()
+
+
+def test_the_attention_matrix_is_seen_where_it_is_saved_and_not_elsewhere():
+    torch.manual_seed(0)
+    explicit = yourmodel.saved_by_layer(F.explicit_attention(), torch.randn(2, 10, 16))
+    assert [(a["layer"], a["saves_LxL"]) for a in explicit.attention] == [("mha", True)]
+    # the encoder's attention runs the fused kernel (a log-sum-exp per row saved, no L x L); its batch x
+    # length (2 x 16) equals the model width (32): a (32, 32) saved tensor that is not attention weights
+    fused = yourmodel.saved_by_layer(F.tiny_encoder(), torch.zeros(2, 16, dtype=torch.int64))
+    assert [a["saves_LxL"] for a in fused.attention] == [False, False]
+    assert any((32, 32) in a["shapes"] for a in fused.attention)
+    assert yourmodel.saved_by_layer(_conv_net(), torch.randn(2, 3, 8, 8)).attention == []
+
+
+def test_nothing_is_saved_outside_grad_mode_the_lessons_premise():
+    model, x = _conv_net(), torch.randn(2, 3, 8, 8)
+    for mode in (torch.no_grad, torch.inference_mode):
+        calls = []
+        with mode(), torch.autograd.graph.saved_tensors_hooks(lambda t: calls.append(t) or t, lambda t: t):
+            model(x)
+        assert calls == []
+
+
+# --------------------------------------------------------------------------------------------
+# here: peaks and times
+
+
+def test_measure_here_peaks_by_mode():
+    spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8")
+    here = yourmodel.measure_here(spec, "cpu", "tiny", 0, time_it=False)
+    p = here["peak_bytes"]
+    assert list(p) == list(yourmodel.MODES) and here["batch"] == yourmodel.here_batch("tiny")
+    assert p["train"] > p["grad"] >= p["no_grad"] == p["inference_mode"] > 0
+    assert "timing" not in here and here["device"] == "cpu"
+
+
+def test_measure_here_times_each_mode_with_an_interval_around_its_ratio():
+    spec = yourmodel.check("yourmodel_factories:explicit_attention", "10x16")
+    here = yourmodel.measure_here(spec, "cpu", "tiny", 0)
+    t = here["timing"]["modes"]
+    assert set(t) == set(yourmodel.MODES) and t["grad"]["over_grad"] == 1.0
+    for m, e in t.items():
+        lo, hi = e["over_grad_ci"]
+        assert lo <= e["over_grad"] <= hi and e["median_s"] > 0, m
+    assert "interleaved rounds" in here["timing"]["protocol"]
+    assert yourmodel.here_frame(here).shape[0] == 4
+
+
+# --------------------------------------------------------------------------------------------
+# for GPUs
+
+
+def test_a_line_through_the_engines_answer():
+    e = {"largest_batch": 101, "reserved_peak_bytes": 100, "at_limit": False}
+    assert yourmodel._extrapolate(e, 1100, 1100) == (101, False)  # through the answer at the budget
+    assert yourmodel._extrapolate(e, 1100, 2100) == (201, False)  # 10 bytes a sample
+    assert yourmodel._extrapolate(e, 1100, 10**9) == (65536, True)  # where the engine would stop too
+    assert yourmodel._extrapolate({**e, "at_limit": True}, 1100, 500) == (None, False)
+    assert yourmodel._extrapolate({**e, "largest_batch": 0}, 1100, 5000) == (None, False)
+
+
+def _doc(budget, batches):
+    return {"meta": {"gpu_bytes": budget}, "modes": {m: {"largest_batch": b, "reserved_peak_bytes": 100, "at_limit": False}
+                                                      for m, b in batches.items()}}
+
+
+def test_gpu_sizes_read_the_line_and_at_full_scale_check_it_by_the_engine_at_the_largest(monkeypatch):
+    spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8", gpu="1100B")
+    doc = _doc(1100, {"grad": 101, "train": 51})
+    calls = []
+    monkeypatch.setattr(yourmodel, "estimate", lambda s, size: calls.append(size) or _doc(size, {"grad": 7, "train": 5}))
+    tiny = yourmodel.gpu_sizes(spec, doc, "tiny", gib=(2e-6, 4e-6))
+    assert calls == [] and [r["how"] for r in tiny] == ["engine", "line", "line"]
+    assert tiny[0]["grad"] == (101, False) and tiny[0]["gpu_bytes"] == 1100
+    full = yourmodel.gpu_sizes(spec, doc, "full", gib=(2e-6, 4e-6))
+    assert calls == [int(4e-6 * 2**30)] and [r["how"] for r in full] == ["engine", "line", "engine"]
+    assert full[2]["grad"] == (7, False) and full[2]["line"]["grad"] == tiny[2]["grad"]
+    assert "(line: " in yourmodel.sizes_frame(full).iloc[2]["grad"]
+
+
+def test_an_operator_fake_tensors_cannot_run_is_named():
+    spec = yourmodel.check("yourmodel_factories:no_fake", "8")
+    with pytest.raises(yourmodel.EstimateFailed, match="nogradlab_tests::twice") as info:
+        yourmodel.estimate(spec)
+    assert info.value.op == "nogradlab_tests::twice"
+    lines = yourmodel.recipe(None, None, None, None, str(info.value))
+    assert any("could not run" in ln and "twice" in ln for ln in lines)
+
+
+def _command_doc(tmp_path, model, input, dtype, gpu) -> dict:
+    out = tmp_path / "cli.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "nogradlab", "estimate", model, "--input", input, "--dtype", dtype,
+                           "--gpu", gpu, "--json", str(out), "--no-progress"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def _timeless(modes: dict) -> dict:
+    """The modes of an estimate document without the search's wall time (``seconds``), which no two runs share."""
+    return {m: {k: v for k, v in e.items() if k != "seconds"} for m, e in modes.items()}
+
+
+def test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs(tmp_path):
+    spec = yourmodel.check("yourmodel_factories:explicit_attention", "10x16", "float32", "64MiB")
+    cli = _command_doc(tmp_path, spec.model, "10x16", "float32", "64MiB")
+    doc = yourmodel.estimate(spec)
+    assert _timeless(doc["modes"]) == _timeless(cli["modes"]) and doc["no_grad_factor"] == cli["no_grad_factor"]
+    assert {k: v for k, v in doc["meta"].items() if k != "command"} == \
+        {k: v for k, v in cli["meta"].items() if k != "command"}
+    assert not any(e["at_limit"] for e in doc["modes"].values())  # a budget where the search decides
+    loop = yourmodel._run_engine(spec, spec.own(), spec.budget, "x")
+    assert _timeless(loop["modes"]) == _timeless(cli["modes"]) and loop["notes"] == cli["notes"]
+    assert {k: v for k, v in loop["meta"].items() if k != "command"} == \
+        {k: v for k, v in cli["meta"].items() if k != "command"}
+
+
+# --------------------------------------------------------------------------------------------
+# a lesson like the others (the rules test_lessons.py holds lessons 01-09 to)
+
+
+def test_notebook_is_a_lesson_like_the_others():
+    import test_lessons as L
+
+    stem = NB.stem
+    nb = L._nb(stem)
+    assert nb.cells[0].source.split("\n")[1] == L.expected_badges(stem)
+    assert L._header_seconds(stem) and L._header_seconds(stem) % 5 == 0
+    goals = next(i for i, c in enumerate(nb.cells) if L._h2(c) == "## Learning goals")
+    assert ["parameters" if "parameters" in L._tags(c) else c.cell_type for c in nb.cells[1:goals]] == \
+        ["code", "parameters"]
+    assert L._first_code(nb) == L._first_code(L._nb("01_what_no_grad_does"))
+    assert [h.split(":")[0] for h, _, _ in L._sections(nb)][-4:] == L.END_SECTIONS
+    assert L.exercise_problems(nb, "10") == []
+    plain, package = L.cell_counts(nb)
+    assert plain > package, (plain, package)
+    assert any(c.cell_type == "code" and L.DIAGRAM_RE.search(c.source) for c in nb.cells)
+    links = {a for c in nb.cells if c.cell_type == "markdown" for a in L.GLOSSARY_LINK.findall(c.source)}
+    assert links and links <= L._anchors()
+    assert re.search(r"\]\(00_index\.ipynb\)", nb.cells[-1].source)
+    params = next(c.source for c in nb.cells if "parameters" in L._tags(c))
+    for name in ("model", "input", "dtype", "gpu", "device", "scale", "seed", "save_json"):
+        assert re.search(rf"^{name} = ", params, re.M), name
