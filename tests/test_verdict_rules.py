@@ -330,7 +330,7 @@ def test_the_summary_leads_with_which_way_before_the_numbers():
                                 "no_grad saves nothing for w2 (0%). "), j.summary
     assert [r["side"] for r in j.conditions] == ["above", "above", "below"]
     j = _judge("C03", _c03(["disagrees", "agrees"]), GPU)
-    assert j.summary.startswith("No_grad saves less time than the article says for resnet50 (5%). "), j.summary
+    assert j.summary.startswith("No_grad saves less time than the article says for resnet50@1 (5%). "), j.summary
     j = _judge("C20", _c20(["disagrees", "disagrees"], [None, None]), CPU)
     assert j.summary.startswith("No_grad gives more than the article's table says for w0 memory, w1 memory "
                                 "(80%, 80%); 2 cells unresolved."), j.summary
@@ -387,6 +387,6 @@ def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_deci
     assert j.verdict == "does not hold", j.summary
     speed = [c for c in j.conditions if "speed" in c["condition"]]
     assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
-    assert "timed a training step" in j.summary and "memory and batch decide" in j.summary
+    assert "stored its forward-vs-forward gain without an interval" in j.summary and "memory and batch decide" in j.summary
     m = _c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
     assert _judge("C20", m, GPU).verdict == "inconclusive"

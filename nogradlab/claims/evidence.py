@@ -19,7 +19,8 @@ any timing of that workload (at any batch): the column's timings of that workloa
 A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
 :data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time). Different
 quantities are not read as one: protocol 1's C17 timed a whole validation loop without a sync per batch
-(not a forward), and protocol 1's C20 gain has no stored interval (none is invented): neither is read.
+(not a forward): it is not read. Protocol 1's C20 stored its forward-vs-forward gain without an interval:
+it is read as such a reading (within :data:`POINT_TOLERANCE`), as C13's cost is.
 What such a conflict still leaves decided is ``claims._despite``'s.
 """
 from __future__ import annotations
@@ -167,8 +168,13 @@ def _from_c20(v, protocol=None):
             yield (_key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
                    _saving(1 + g) if g is not None else None,
                    _saving_ci([1 + x for x in _ci(r.get("speed_gain_ci"))]) if _ci(r.get("speed_gain_ci")) else None)
-        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
-        # so it is not read here (a point beside intervals cannot contradict them honestly)
+        elif protocol == 1 and "speed_gain_forward_only" in r:
+            # protocol 1 timed the forward with grad against the forward without at speed_batch too, and
+            # stored the gain without an interval: read like any interval-less reading (C13's cost), as the
+            # value within POINT_TOLERANCE; its speed_gain is a training step's, not read
+            g = _num(r.get("speed_gain_forward_only"))
+            yield (_key_saving(r.get("workload"), r.get("speed_batch"), "no_grad"),
+                   _saving(1 + g) if g is not None else None, None)
 
 
 def _from_c12(v, protocol=None):

@@ -555,9 +555,10 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
         if sr is None:
             items.append((f"{w} speed (no GPU timing)", r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
         else:
-            if "speed_case" not in sr:  # protocol 1 timed a training step here, not a forward with grad:
-                items.append((f"{w} speed (no forward timing: the column timed a training step)",  # unresolved
-                              r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
+            if "speed_case" not in sr:  # protocol 1: its speed_gain is a training step's; its forward-vs-forward
+                fwd = sr.get("speed_gain_forward_only")  # gain was stored without an interval: shown, unresolved
+                items.append((f"{w} speed (forward gain stored without an interval)",
+                              fwd if fwd is not None else r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
@@ -588,8 +589,11 @@ def judge_c20(m, rule, ref=None):
             return "n/a"
         if "no GPU timing" in c["condition"]:
             return "needs a GPU timing"
-        if "no forward timing" in c["condition"]:
-            return "unresolved: the column timed a training step, not a forward"
+        if "without an interval" in c["condition"]:
+            sr = next((x for x in speed_rows or [] if x.get("workload") == name.split(" ")[0]), {})
+            fwd = sr.get("speed_gain_forward_only")
+            return ((f"{fwd:+.0%} forward against forward" if fwd is not None else "no forward gain")
+                    + ", stored without an interval: unresolved, not counted")
         unit_x = c["band"]["unit"] == "x"
         val = (f"{c['value']:.2f}x" + (f" [{c['ci'][0]:.2f}x, {c['ci'][1]:.2f}x]" if c["ci"] else "")) if unit_x else (_signed_ci(c["value"], *c["ci"]) if c["ci"] else f"{c['value']:.0%}")
         return f"{val} ({c['reading']})"
@@ -603,12 +607,14 @@ def judge_c20(m, rule, ref=None):
            f">= {r['batch_factor']:.2f}x or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
-    older = any("no forward timing" in c["condition"] for c in cells)
+    older = [c for c in cells if "without an interval" in c["condition"]]
     timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
-    where = (f"speed unresolved: {timer} timed a training step against a no_grad forward (an older protocol), "
-             "not a forward against a forward, so memory and batch decide" if older else
+    gains = ", ".join(f"{r['workload']} {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
+                      if r.get("speed_gain_forward_only") is not None)
+    where = (f"speed unresolved: {timer} (an older protocol) stored its forward-vs-forward gain without an "
+             f"interval ({gains}; shown, not counted), so memory and batch decide" if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
-             else "speed needs a GPU timing (no reference GPU column has one)")
+             else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
     def val(c):
         return f"{c['value']:.2f}x" if c["band"]["unit"] == "x" else f"{c['value']:.0%}"
 
