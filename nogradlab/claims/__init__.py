@@ -1017,8 +1017,14 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
     if verdict is not None:
         head = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}); "
                 f"{why or 'no condition of the claim reads it'}. ")
-        text = head + j.summary + (f" On your machine: {local.summary}" if local is not None else "")
         doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
+        # the judge's words below read every condition: name those they decide that the conflict leaves open
+        touched = [str(r.get("condition")) for r in j.conditions or []
+                   if _timed_workload(r) in doubt and r.get("reading") != "unresolved"]
+        body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
+                f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
+                if touched else j.summary)
+        text = head + body + (f" On your machine: {local.summary}" if local is not None else "")
         rows = [dict(r, reading="unresolved", side=None, conflict=True)
                 if _timed_workload(r) in doubt else r for r in j.conditions or []]
         return Judgement(verdict, text, j.reading, rows, j.scope)
@@ -1027,7 +1033,10 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
             f"with today's protocol, which times each condition once for every claim, would.")
     if local is not None:
         text += f" On your machine: {local.summary}"
-    return Judgement("needs re-measuring", text, local.reading if local is not None else "")
+    doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
+    rows = [dict(r, reading="unresolved", side=None, conflict=True) if _timed_workload(r) in doubt else r
+            for r in (j.conditions or [])] if j is not None and j.conditions else None
+    return Judgement("needs re-measuring", text, local.reading if local is not None else "", rows)
 
 
 def _final(claim: Claim, m: Measurements) -> tuple:

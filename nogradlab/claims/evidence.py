@@ -36,8 +36,9 @@ PROTOCOL = 3
 #: what each protocol version was
 PROTOCOLS = {
     1: "before 2026-12-01 (nogradlab up to 182a8d6): each check timed its own conditions, so one quantity "
-       "could be measured several times with different settings; C20 timed a training step for its speed "
-       "cells; protocols were not yet recorded (schema_version 1)",
+       "could be measured several times with different settings; C20's speed cells timed a training step against "
+       "a no_grad forward, and its forward-vs-forward gain was stored without an interval; protocols were not yet "
+       "recorded (schema_version 1)",
     2: "2026-12-01 on: one shared timing per condition and run (timing.RUN), read by every check that needs it; "
        "C20 times forward against forward; the transformer's no_grad timed with its fused fast path off and on",
     3: "2026-12-01 night on: each round runs the cases in a random order; a speedup is the typical paired "
