@@ -300,8 +300,9 @@ def judge_c03(m, rule):
                "conditions"
                + (" (the verdict depends on the transformer's fused fast path)" if verdict == "depends"
                   and with_ != without else "") + ".")
-    rows_read = [max((a, b), key=lambda c: c["reading"] == "unresolved") for a, b in zip(all_off, all_on)]
-    note = provisional_note(m.get("provisional") or "", rows, rows_read)
+    # only the counted conditions can make the verdict provisional
+    rows_read = [max((a, b), key=lambda c: c["reading"] == "unresolved") for a, b in zip(rows_off, rows_on)]
+    note = provisional_note(m.get("provisional") or "", counted, rows_read)
     if note:
         summary += " " + note
     return Judgement(verdict, summary, reading, conds)

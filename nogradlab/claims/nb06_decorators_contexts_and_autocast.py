@@ -318,9 +318,10 @@ C23 = declare(
     rule=Rule("Not testable for the 28 % / 10 % figures: no profiler reports 'autograd-related operator time' in "
               "a forward (events named after autograd appear only with backward), and the verdict rests on that, "
               "not on a timing. The proxies are read against 'about 28 %' and shown first, never deciding: the "
-              "fall of each workload's profiled operator self time under no_grad, and the forward time no_grad "
-              "saves from the shared forward timing of C03 (95 % CI), with the transformer's fused fast path "
-              "and without it. The mechanism is shown: the profile's autograd share and op counts.",
+              "forward time no_grad saves from the shared forward timing of C03 (95 % CI), with the transformer's "
+              "fused fast path and without it, then the fall of each workload's profiled host-side self CPU time "
+              "under no_grad (on a GPU the CPU issuing the operators, not device time). The mechanism is shown: "
+              "the profile's autograd share and op counts.",
               band=Band("about", 0.28), tie=TIE))
 
 
