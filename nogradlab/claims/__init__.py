@@ -961,6 +961,18 @@ def _workload_of(condition) -> str:
     return str(condition).split("@")[0].split(" ")[0].split(",")[0]
 
 
+def _timed_workload(row) -> "str | None":
+    """The workload whose forward timing a condition row reads (``resnet50@16``, ``resnet50 speed ...``),
+    None for a row that reads no timing (C20's ``resnet50 memory`` and ``resnet50 batch``: estimates) or
+    that does not count towards the verdict (``deciding: false``)."""
+    if not isinstance(row, dict) or not row.get("deciding", True):
+        return None
+    name = str(row.get("condition"))
+    w = _workload_of(name)
+    rest = name[len(w):].strip()
+    return w if rest == "" or rest.startswith("@") or rest.split(" ")[0] == "speed" else None
+
+
 def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conflicts: list) -> tuple:
     """``(verdict or None, words)``: what a column that contradicts itself on ``conflicts`` still decides
     of the claim. A time-saving conflict makes the conditions of its workload(s) unresolved and the
@@ -994,11 +1006,11 @@ def _despite(claim: Claim, m: "Measurements | None", j: "Judgement | None", conf
                      f"{claim.id} {verdict}: the conflict cannot change the verdict")
     if saving:
         rows = [r for r in j.conditions or [] if isinstance(r, dict) and r.get("reading") in
-                ("agrees", "disagrees", "unresolved")]
+                ("agrees", "disagrees", "unresolved") and r.get("deciding", True)]
         if not rows or verdict_of(r["reading"] for r in rows) != verdict:
             return None, ""  # a verdict not made by the aggregate rule: no condition can be set apart
         doubt = {c["workload"] for c in saving}
-        hit = [r for r in rows if _workload_of(r["condition"]) in doubt]
+        hit = [r for r in rows if _timed_workload(r) in doubt]
         if not hit:
             return verdict, ""
         rest = [r["reading"] for r in rows if r not in hit]
@@ -1024,17 +1036,26 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
     if verdict is not None:
         head = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}); "
                 f"{why or 'no condition of the claim reads it'}. ")
-        text = head + j.summary + (f" On your machine: {local.summary}" if local is not None else "")
+        doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
+        # the judge's words below read every condition: name those they decide that the conflict leaves open
+        touched = [str(r.get("condition")) for r in j.conditions or []
+                   if _timed_workload(r) in doubt and r.get("reading") != "unresolved"]
+        body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
+                f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
+                if touched else j.summary)
+        text = head + body + (f" On your machine: {local.summary}" if local is not None else "")
         rows = [dict(r, reading="unresolved", side=None, conflict=True)
-                if isinstance(r, dict) and any(_workload_of(r.get("condition")) == c.get("workload")
-                                               for c in conflicts) else r for r in j.conditions or []]
+                if _timed_workload(r) in doubt else r for r in j.conditions or []]
         return Judgement(verdict, text, j.reading, rows, j.scope)
     text = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}): one physical "
             f"quantity, several values{f', and {why}' if why else ''}, so it does not decide {claim.id}; a run "
             f"with today's protocol, which times each condition once for every claim, would.")
     if local is not None:
         text += f" On your machine: {local.summary}"
-    return Judgement("needs re-measuring", text, local.reading if local is not None else "")
+    doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
+    rows = [dict(r, reading="unresolved", side=None, conflict=True) if _timed_workload(r) in doubt else r
+            for r in (j.conditions or [])] if j is not None and j.conditions else None
+    return Judgement("needs re-measuring", text, local.reading if local is not None else "", rows)
 
 
 def _final(claim: Claim, m: Measurements) -> tuple:
@@ -1191,8 +1212,21 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
             scope = dict(scope, conflicts=mine)
         scope = _aged(scope, meta)
         stale = _stale_words(meta)
-        if stale and not mine:
+        if stale:  # also when the column contradicts itself and still decides: it is as old either way
             j.summary = f"{j.summary} {stale}"
+    elif meta is not None and scope.get("basis") == "estimated + reference":
+        # the memory and batch cells are this column's own estimates (its age: scope.age); the speed cells
+        # the reference GPU column's (its age, when one was used: scope.speed_age)
+        scope = dict(scope)
+        if "age" in scope:
+            scope["speed_age"] = scope.pop("age")
+        speed_stale = scope.pop("stale", False)
+        scope = _aged(scope, meta)
+        if speed_stale:
+            scope["stale"] = True
+        stale = _stale_words(meta)
+        if stale:
+            j.summary = f"{j.summary} Memory and batch cells: {stale}"
     e.setdefault("stored_verdict", entry.get("verdict"))
     e.update(verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope), reading=j.reading,
              scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values)

@@ -19,7 +19,8 @@ any timing of that workload (at any batch): the column's timings of that workloa
 A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
 :data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time). Different
 quantities are not read as one: protocol 1's C17 timed a whole validation loop without a sync per batch
-(not a forward), and protocol 1's C20 gain has no stored interval (none is invented): neither is read.
+(not a forward): it is not read. Protocol 1's C20 stored its forward-vs-forward gain without an interval:
+it is read as such a reading (within :data:`POINT_TOLERANCE`), as C13's cost is.
 What such a conflict still leaves decided is ``claims._despite``'s.
 """
 from __future__ import annotations
@@ -37,8 +38,9 @@ PROTOCOL = 3
 #: what each protocol version was
 PROTOCOLS = {
     1: "before 2026-12-01 (nogradlab up to 182a8d6): each check timed its own conditions, so one quantity "
-       "could be measured several times with different settings; C20 timed a training step for its speed "
-       "cells; protocols were not yet recorded (schema_version 1)",
+       "could be measured several times with different settings; C20's speed cells timed a training step against "
+       "a no_grad forward, and its forward-vs-forward gain was stored without an interval; protocols were not yet "
+       "recorded (schema_version 1)",
     2: "2026-12-01 on: one shared timing per condition and run (timing.RUN), read by every check that needs it; "
        "C20 times forward against forward; the transformer's no_grad timed with its fused fast path off and on",
     3: "2026-12-01 night on: each round runs the cases in a random order; a speedup is the typical paired "

@@ -447,8 +447,13 @@ def _c20_readings(v, protocol=None):
             yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), r.get("speed_case")),
                    _ev.saving(1 + g) if g is not None else None,
                    _ev.saving_ci([1 + x for x in ci]) if ci else None)
-        # protocol 1 stored its forward-only gain without an interval: no interval is invented for it,
-        # so it is not read here (a point beside intervals cannot contradict them honestly)
+        elif protocol == 1 and "speed_gain_forward_only" in r:
+            # protocol 1 timed the forward with grad against the forward without at speed_batch too, and
+            # stored the gain without an interval: read like any interval-less reading (C13's cost), as the
+            # value within POINT_TOLERANCE; its speed_gain is a training step's, not read
+            g = _ev.num(r.get("speed_gain_forward_only"))
+            yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), "no_grad"),
+                   _ev.saving(1 + g) if g is not None else None, None)
 
 
 C20 = declare(
@@ -595,9 +600,10 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
         if sr is None:
             items.append((f"{w} speed (no GPU timing)", r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
         else:
-            if "speed_case" not in sr:  # protocol 1 timed a training step here, not a forward with grad:
-                items.append((f"{w} speed (no forward timing: the column timed a training step)",  # unresolved
-                              r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
+            if "speed_case" not in sr:  # protocol 1: its speed_gain is a training step's; its forward-vs-forward
+                fwd = sr.get("speed_gain_forward_only")  # gain was stored without an interval: shown, unresolved
+                items.append((f"{w} speed (forward gain stored without an interval)",
+                              fwd if fwd is not None else r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
@@ -628,8 +634,11 @@ def judge_c20(m, rule, ref=None):
             return "n/a"
         if "no GPU timing" in c["condition"]:
             return "needs a GPU timing"
-        if "no forward timing" in c["condition"]:
-            return "unresolved: the column timed a training step, not a forward"
+        if "without an interval" in c["condition"]:
+            sr = next((x for x in speed_rows or [] if x.get("workload") == name.split(" ")[0]), {})
+            fwd = sr.get("speed_gain_forward_only")
+            return ((f"{fwd:+.0%} forward against forward" if fwd is not None else "no forward gain")
+                    + ", stored without an interval: unresolved, not counted")
         unit_x = c["band"]["unit"] == "x"
         val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
                _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
@@ -644,12 +653,14 @@ def judge_c20(m, rule, ref=None):
            f">= {_format.ratio(r['batch_factor'])} or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
     n_ok = sum(c["reading"] == "agrees" for c in cells)
-    older = any("no forward timing" in c["condition"] for c in cells)
+    older = [c for c in cells if "without an interval" in c["condition"]]
     timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
-    where = (f"speed unresolved: {timer} timed a training step against a no_grad forward (an older protocol), "
-             "not a forward against a forward, so memory and batch decide" if older else
+    gains = ", ".join(f"{r['workload']} {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
+                      if r.get("speed_gain_forward_only") is not None)
+    where = (f"speed unresolved: {timer} (an older protocol) stored its forward-vs-forward gain without an "
+             f"interval ({gains}; shown, not counted), so memory and batch decide" if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
-             else "speed needs a GPU timing (no reference GPU column has one)")
+             else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
     def val(c):
         return _format.ratio(c["value"]) if c["band"]["unit"] == "x" else _format.percent(c["value"], 0)
 

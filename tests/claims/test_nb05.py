@@ -208,7 +208,7 @@ def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_deci
     assert j.verdict == "does not hold", j.summary
     speed = [c for c in j.conditions if "speed" in c["condition"]]
     assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
-    assert "timed a training step" in j.summary and "memory and batch decide" in j.summary
+    assert "stored its forward-vs-forward gain without an interval" in j.summary and "memory and batch decide" in j.summary
     m = rules_table._c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
     assert rules_table._judge("C20", m, rules_table.GPU).verdict == "inconclusive"
 
@@ -223,7 +223,8 @@ def test_c20_takes_no_speed_from_a_gpu_column_that_contradicts_itself(monkeypatc
         age._m(age.CPU, "C03")["rows"][0]["time_saved"]))])
     e = claims.judge_entry(age._entry(age.CPU, "C20"), age.CPU["meta"])
     assert "conflicts" not in e["scope"] and e["scope"]["machine"] == "cuda-fake-gpu"
-    assert e["scope"]["age"]["protocol"] == claims.PROTOCOL and "stale" not in e["scope"]
+    assert e["scope"]["speed_age"]["protocol"] == claims.PROTOCOL and "Speed cells:" not in e["summary"]
+    assert e["scope"]["age"]["protocol"] == 2 and e["scope"]["stale"] is True  # this CPU's own estimates
 
 
 # --------------------------------- judges: a stored GPU column (from test_judges_stored_reasons.py)

@@ -330,7 +330,7 @@ def test_the_summary_leads_with_which_way_before_the_numbers():
                                 "no_grad saves nothing for w2 (0%). "), j.summary
     assert [r["side"] for r in j.conditions] == ["above", "above", "below"]
     j = _judge("C03", _c03(["disagrees", "agrees"]), GPU)
-    assert j.summary.startswith("No_grad saves less time than the article says for resnet50 (5%). "), j.summary
+    assert j.summary.startswith("No_grad saves less time than the article says for resnet50@1 (5%). "), j.summary
     j = _judge("C20", _c20(["disagrees", "disagrees"], [None, None]), CPU)
     assert j.summary.startswith("No_grad gives more than the article's table says for w0 memory, w1 memory "
                                 "(80%, 80%); 2 cells unresolved."), j.summary
