@@ -10,6 +10,9 @@ DEVICE ?= auto
 SCALE  ?= auto
 OUT    ?= nogradlab-run
 PYTEST_ARGS ?=
+# make test's processes (pytest-xdist; 0: one process). auto: one per core, at most TEST_MAX_WORKERS
+TEST_WORKERS ?= auto
+TEST_MAX_WORKERS ?= 4
 
 # torch -> torchvision, as PyTorch's compatibility table pairs them (torchvision's README): for torch
 # 2.x the torchvision minor is torch's minor + 15, the patch the same. TORCHVISION=... overrides it.
@@ -60,7 +63,7 @@ claims: install
 	$(PY) -m nogradlab claims --device $(DEVICE) --scale $(SCALE)
 
 test: install browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=$(TEST_MAX_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The tests that need no notebook kernel, no browser and no GPU (markers: tests/conftest.py).
 unit: install

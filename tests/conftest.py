@@ -19,6 +19,11 @@ Markers (registered in pyproject.toml), given here by folder rather than in ever
   (INTEGRATION_TESTS, measured on a 2-core CPU);
 * ``unit``: everything else: the package's own tests, no kernel, no browser, no GPU, each well under a
   second. ``pytest -m unit`` (``make unit``) is the quick pass: under a minute on a 2-core CPU.
+
+``make test`` runs the tests on two processes (pytest-xdist, ``--dist loadgroup``): most tests wait on a
+notebook kernel, a browser or one single-threaded check, so the second core would idle. A file's tests stay
+together on one process (its module fixtures run once), except the papermill runs, one per notebook
+(PAPERMILL), and the files that share one process's cache of claim results (SHARED_GROUPS).
 """
 from __future__ import annotations
 
@@ -86,18 +91,61 @@ def _kind(item) -> str:
     return "unit"
 
 
+#: files whose tests read one process-wide cache of claim results (test_nb05 imports test_claims_numbers'):
+#: they run on one process
+SHARED_GROUPS = {"claims/test_claims_numbers.py": "claim-checks", "claims/test_nb05.py": "claim-checks"}
+#: the papermill pass: one notebook per test, spread over the processes
+PAPERMILL = ("notebooks/test_notebooks.py", "test_papermill_executes")
+
+
+def _group(item) -> str:
+    path = Path(str(item.fspath)).resolve()
+    try:
+        rel = path.relative_to(TESTS).as_posix()
+    except ValueError:  # notebooks/*.ipynb (nbval): one group per notebook
+        return path.name
+    if (rel, getattr(item, "originalname", item.name)) == PAPERMILL:
+        return item.nodeid
+    return SHARED_GROUPS.get(rel, rel)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, _kind(item)))
+        if not any(item.iter_markers("xdist_group")):
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
-def pytest_terminal_summary(terminalreporter):
+def _papermill_runs() -> dict:
     import sys
 
     mod = sys.modules.get("test_notebooks") or sys.modules.get("tests.notebooks.test_notebooks")
-    runs = getattr(mod, "RUNS", None)
+    return dict(getattr(mod, "RUNS", None) or {})
+
+
+_WORKER_RUNS: dict = {}
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: hand the papermill figures to the controller
+        import json
+
+        workeroutput["papermill_runs"] = json.dumps(_papermill_runs())
+
+
+def pytest_testnodedown(node, error):  # the controller, as each xdist worker finishes
+    import json
+
+    _WORKER_RUNS.update(json.loads(getattr(node, "workeroutput", {}).get("papermill_runs", "{}")))
+
+
+def pytest_terminal_summary(terminalreporter):
+    runs = {**_papermill_runs(), **_WORKER_RUNS}
     if not runs:
         return
+    runs = dict(sorted(runs.items()))
     tr = terminalreporter
     tr.section("notebooks through papermill (device=cpu, scale=tiny)")
     for stem, r in runs.items():
@@ -110,9 +158,9 @@ def pytest_terminal_summary(terminalreporter):
     try:
         import json
 
-        from nogradlab.outdir import write_text_atomic
+        from nogradlab.run.outdir import write_text_atomic
 
-        out = mod.OUT_DIR / "times.json"
+        out = TESTS.parent / "test-artifacts" / "papermill" / "times.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(out, json.dumps({"total_seconds": total, "notebooks": runs}, indent=1))
     except (OSError, AttributeError):

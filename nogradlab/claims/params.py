@@ -137,7 +137,8 @@ def knobs_text() -> str:
 class Params(Mapping):
     """The checked knobs of one check (:data:`KNOBS`); read like a dict of the knobs that were set
     (``ctx.params.get("runs", 20)``, ``"batch" in ctx.params``). Frozen and hashable. Make one with
-    :meth:`of`, which refuses an unknown key or a bad value naming the allowed ones."""
+    :meth:`of`, which refuses an unknown key or a bad value naming the allowed ones; a knob given as None
+    is not set (the check's default)."""
 
     values: tuple = ()  # ((key, value), ...) sorted by key, only the knobs that were set
 
@@ -150,7 +151,8 @@ class Params(Mapping):
         if unknown:
             raise ValueError(f"unknown knob{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                              f"allowed: {', '.join(sorted(KNOBS))}. What each takes:\n{knobs_text()}")
-        return cls(tuple((k, KNOBS[k][0](k, params[k])) for k in sorted(params)))
+        # a knob given as None is not set: the check's default (a notebook's parameter left at None)
+        return cls(tuple((k, KNOBS[k][0](k, params[k])) for k in sorted(params) if params[k] is not None))
 
     def __getitem__(self, k):
         for key, v in self.values:

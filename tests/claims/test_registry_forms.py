@@ -130,3 +130,12 @@ def test_the_shared_forward_condition_stops_at_every_declared_edge():
     for name in ("mlp", "resnet50"):
         want = sorted({e for c in claims.all_claims() if c.stop_edges for e in c.stop_edges(name)})
         assert measure._condition_edges(name) == want and 1.0 in want
+
+
+def test_a_knob_given_as_none_is_the_checks_default_as_a_notebook_parameter_left_at_none_passes_it():
+    from nogradlab.claims.params import Params
+
+    assert Params.of({"batches": None, "seq_lens": None, "runs": None}) == Params.of({})
+    assert dict(Params.of({"batches": [1, 2], "runs": None})) == {"batches": (1, 2)}
+    with pytest.raises(ValueError, match="unknown knob 'bogus'"):
+        Params.of({"bogus": None})  # an unknown name is refused even when its value is None
