@@ -52,8 +52,9 @@ MODES = {"train": "a training step (forward, loss, backward, SGD step)",
 #: common GPU memory sizes, GiB (the budget `gpu` is added when it is not one of them)
 COMMON_GIB = (16, 24, 40, 80)
 #: what the estimate engine was checked against (README, "Estimates" and "On a GPU")
-VALIDATION = ("against 24 real out-of-memory searches on one NVIDIA H200 (4 built-in workloads x 3 modes x "
-              "12 and 16 GiB), every estimated largest batch was within 2.6 % (median 1.35 %); "
+VALIDATION = ("against 26 real out-of-memory searches on one NVIDIA H200 (4 built-in workloads x 3 modes x "
+              "12 and 16 GiB, and two with expandable_segments), every estimated largest batch was within 2.6 % "
+              "(median 1.35 %); "
               "benchmarks/allocator_vs_h200.py prints the table")
 LIMITS = ("The allocator model and its cuDNN/cuBLAS workspace sizes were calibrated on one NVIDIA H200 only "
           "(nogradlab/estimate/data/gpu_workspaces.json). On another GPU the caching allocator behaves the same (it is "
