@@ -52,8 +52,9 @@ MODES = {"train": "a training step (forward, loss, backward, SGD step)",
 #: common GPU memory sizes, GiB (the budget `gpu` is added when it is not one of them)
 COMMON_GIB = (16, 24, 40, 80)
 #: what the estimate engine was checked against (README, "Estimates" and "On a GPU")
-VALIDATION = ("against 24 real out-of-memory searches on one NVIDIA H200 (4 built-in workloads x 3 modes x "
-              "12 and 16 GiB), every estimated largest batch was within 2.6 % (median 1.35 %); "
+VALIDATION = ("against 26 real out-of-memory searches on one NVIDIA H200 (4 built-in workloads x 3 modes x "
+              "12 and 16 GiB, and two with expandable_segments), every estimated largest batch was within 2.6 % "
+              "(median 1.35 %); "
               "benchmarks/allocator_vs_h200.py prints the table")
 LIMITS = ("The allocator model and its cuDNN/cuBLAS workspace sizes were calibrated on one NVIDIA H200 only "
           "(nogradlab/estimate/data/gpu_workspaces.json). On another GPU the caching allocator behaves the same (it is "
@@ -538,6 +539,24 @@ def sizes_frame(rows: list):
 # what to do, and the saved document
 
 
+def _ratio_digits(lo: float, hi: float, digits: int = 3, most: int = 6) -> int:
+    """The fewest decimals (at least ``digits``, at most ``most``) at which no end of ``[lo, hi]`` other
+    than 1 itself prints as 1: rounding reaches 1 but never crosses it, so a printed end then lies on the
+    same side of 1 as the unrounded one."""
+    for d in range(digits, most + 1):
+        if all(v == 1 or float(f"{v:.{d}f}") != 1 for v in (lo, hi)):
+            return d
+    return most
+
+
+def _ratio_end(v: float, digits: int) -> str:
+    """One end of a ratio's interval at ``digits`` decimals; an end still printing as 1 (closer to 1 than
+    the digits show) reads 'just below 1×' or 'just above 1×'."""
+    if v != 1 and float(f"{v:.{digits}f}") == 1:
+        return f"just {'below' if v < 1 else 'above'} {_format.ratio(1, 0)}"
+    return _format.ratio(v, digits)
+
+
 def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None", sizes: "list | None" = None,
            error: "str | None" = None) -> list:
     """The learner's recipe for this model, one markdown bullet per finding, generated from the figures."""
@@ -553,9 +572,12 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
         if t:
             for m in ("no_grad", "inference_mode"):
                 lo, hi = t[m]["over_grad_ci"]
-                verdict = ("faster than" if hi < 1 else "slower than" if lo > 1 else "not distinguishable from")
-                out.append(f"Time: `{m}` took {_format.ratio(t[m]['over_grad'], 3)} the grad forward's time here "
-                           f"(95 % CI {_format.interval(lo, hi, lambda v: _format.ratio(v, 3))}): {verdict} it "
+                # the word from the unrounded interval; the ends printed so that neither contradicts it
+                verdict = ("faster than it" if hi < 1 else "slower than it" if lo > 1
+                           else _format.NO_CLEAR_DIFFERENCE)
+                d = _ratio_digits(lo, hi)
+                out.append(f"Time: `{m}` took {_format.ratio(t[m]['over_grad'], d)} the grad forward's time here "
+                           f"(95 % CI {_format.interval(lo, hi, lambda v, d=d: _ratio_end(v, d))}): {verdict} "
                            "on this device.")
             out.append("Prefer `torch.inference_mode()` where the outputs never meet autograd again; keep "
                        "`torch.no_grad()` where they feed a training step later (targets, EMA weights).")

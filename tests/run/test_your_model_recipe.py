@@ -1,0 +1,60 @@
+"""The recipe's time lines (nogradlab.run.yourmodel.recipe): the word (faster, slower, no clear difference)
+is read from the unrounded 95 % interval, and the printed ends carry enough digits that a printed bound
+never contradicts the word."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nogradlab.run import yourmodel
+
+
+def _here(lo, hi, point):
+    entry = {"over_grad": point, "over_grad_ci": [lo, hi]}
+    return {"peak_bytes": {"train": 300, "grad": 200, "no_grad": 100, "inference_mode": 100},
+            "batch": 2, "device": "cpu",
+            "timing": {"modes": {"grad": {"over_grad": 1.0, "over_grad_ci": [1.0, 1.0]},
+                                 "no_grad": entry, "inference_mode": entry}}}
+
+
+def _time_line(lo, hi, point):
+    lines = [ln for ln in yourmodel.recipe(None, _here(lo, hi, point), None) if ln.startswith("Time: `no_grad`")]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def _printed_interval(line):
+    m = re.search(r"95 % CI \[([^,]+), ([^\]]+)\]", line)
+    assert m, line
+    return m.group(1), m.group(2)
+
+
+@pytest.mark.parametrize("lo, hi, point, word", [
+    (0.9534, 0.99996, 0.978, "faster than"),     # the upper end rounds to 1.000 at three decimals
+    (1.00004, 1.05, 1.02, "slower than"),        # the lower end rounds to 1.000 at three decimals
+    (0.9, 0.95, 0.93, "faster than"),
+    (1.1, 1.2, 1.15, "slower than"),
+    (0.95, 1.02, 0.98, "no clear difference"),
+    (0.9999999999, 1.0000000001, 1.0, "no clear difference"),
+])
+def test_a_printed_bound_never_contradicts_the_word(lo, hi, point, word):
+    line = _time_line(lo, hi, point)
+    assert f": {word}" in line, line
+    ends = _printed_interval(line)
+    for text, value in zip(ends, (lo, hi)):
+        if text.startswith("just "):  # beyond the digits printed: says on which side of 1 it lies
+            assert ("below" in text) == (value < 1), line
+            continue
+        printed = float(text.rstrip("×"))
+        if word == "faster than":
+            assert printed < 1, line
+        elif word == "slower than":
+            assert printed > 1, line
+        else:  # the interval holds 1: its lower end reads at most 1, its upper end at least 1
+            assert printed <= 1 if value is lo else printed >= 1, line
+
+
+def test_ordinary_intervals_keep_three_decimals():
+    line = _time_line(0.9, 0.95, 0.93)
+    assert "0.930× the grad forward's time" in line and "[0.900×, 0.950×]" in line, line
