@@ -79,7 +79,7 @@ MODULES = ("nb01_what_no_grad_does", "nb02_inside_the_engine", "nb03_scoping_no_
 
 #: what the allocator model's GPU estimates were validated against (README, results/h200-alloc-probe)
 ESTIMATE_VALIDATION = ("nogradlab's CUDA allocator model on a virtual CUDA device, validated within 2.6 % "
-                       "(median 1.35 %) of 24 largest-batch searches on an NVIDIA H200 "
+                       "(median 1.35 %) of 26 largest-batch searches on an NVIDIA H200 "
                        "(results/h200-alloc-probe)")
 
 #: the allocator model each measuring protocol's estimates came from: (words, its largest relative error
