@@ -504,7 +504,7 @@ def _estimate(workload: str, scale: str, mode: str, batch: int, dev: str, alloca
     are cached, for the byte count and the allocator's replay of the same trial (a trace of a
     full-size model holds tens of thousands of events: a larger cache costs a learner's kernel
     hundreds of MB). ``fast``: the transformer fast path's switch when asked, part of the key only
-    (the trace with the fast path on differs, and C20 estimates with it off)."""
+    (the trace with the fast path on differs, and a claim may estimate with it off)."""
     lean = dict(_trace_only=True) if str(dev).startswith("cuda") else {}  # the search needs the trace only
     if mode == "train":
         return _fake.estimate(workload, batch, dev, step="train", scale=scale, allocator=allocator,

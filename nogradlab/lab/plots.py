@@ -5,15 +5,14 @@ inline backend. Titles name the hardware and the scale the data came from.
 
 * ``memory_vs_batch``: peak memory against batch size, one line per gradient mode;
 * ``saving_vs_length``: the fraction of memory saved against sequence length;
-* ``article_table``: the article's table (claim C20) as a chart, its bands shaded beside our values;
+* ``article_table``: the article's table as a chart, its bands shaded beside our values;
 * ``timeline``: live memory across one forward pass, one curve per mode;
-* ``eval_grid``: the 2x2 grid train/eval x grad/no_grad (claim C14);
+* ``eval_grid``: the 2x2 grid train/eval x grad/no_grad;
 * ``largest_batch``: the largest batch that fits each memory budget, per mode;
-* ``for_claim``: the right one of these for a claim's result (C04 C09 C14 C18 C19 C20 C21),
-  drawn from its evidence (a ``claims.Result`` or its ``to_dict()``, as in claims.json).
 
+A claim's picture is drawn by its own module with these (``@C.draws``; ``claims.figure(result)``).
 The data come from the claim checks' evidence or from the package's sweeps, e.g.
-``nogradlab.claims.measure.estimate_sweep`` for ``memory_vs_batch``.
+``nogradlab.estimate.sweep.estimate_sweep`` for ``memory_vs_batch``.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Its ``meta`` block names the machine, the run and each notebook's outcome.
 ``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
 fetched) that reads in a minute: at the top what ran where (this run and each reference column of
 ``results/<machine>/claims.json``, with its age, protocol and verdict counts) and the article's table
-against this run's figures (C20); then one compact row per claim (id, claim, the article's figure, one
+against this run's figures (the claim that leads the report: ``chart_rank=0``); then one compact row per claim (id, claim, the article's figure, one
 line in plain words, a verdict chip for this run and each reference column) whose measured figures, rule
 and evidence open on click (``<details>``); then the other charts, the by-release view (columns of one
 machine on several PyTorch releases fold into it), the notebooks with relative links, the hardware.
