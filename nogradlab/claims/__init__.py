@@ -136,7 +136,10 @@ class Claim:
     * ``shared_readings(values, protocol)``: yields ``(quantity key, value, interval)`` of the physical
       quantities several claims read (:func:`nogradlab.claims.evidence.readings`).
     * ``with_cost(values, seconds)``: its measurements with the cost of entering and leaving no_grad
-      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`)."""
+      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`).
+    * ``without_timings(values, workloads)``: its measurements without the timed conditions of those
+      workloads (a column whose timings of them contradict each other): its judge's words then read only
+      what the conflict leaves decided (:func:`_conflicted`)."""
 
     id: str
     section: str
@@ -154,6 +157,7 @@ class Claim:
     stop_edges: object = field(default=None, repr=False, compare=False)
     shared_readings: object = field(default=None, repr=False, compare=False)
     with_cost: object = field(default=None, repr=False, compare=False)
+    without_timings: object = field(default=None, repr=False, compare=False)
     measure: object = field(default=None, repr=False, compare=False)
     judge: object = field(default=None, repr=False, compare=False)
     draw: object = field(default=None, repr=False, compare=False)
@@ -201,7 +205,8 @@ _LOADED = False
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
             figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None,
             chart_rank: int = 99, tiny_cpu_threads: "int | None" = None, estimates_at: "str | None" = None,
-            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None) -> Claim:
+            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None,
+            without_timings=None) -> Claim:
     """Declare a claim (once, in its notebook's check module) and return it. The keyword arguments
     after ``key_chart`` are what generic code asks of the claim (:class:`Claim`)."""
     if id in _CLAIMS:
@@ -220,7 +225,7 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
     if basis in ("estimate", "mixed") and estimates_at is None:
         raise ValueError(f"claim {id}: basis {basis!r} judges estimates; declare their scale (estimates_at)")
     c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
-              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost)
+              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost, without_timings)
     _CLAIMS[id] = c
     return c
 
@@ -1037,12 +1042,24 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
         head = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}); "
                 f"{why or 'no condition of the claim reads it'}. ")
         doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
-        # the judge's words below read every condition: name those they decide that the conflict leaves open
+        # the judge's words below read every condition: a claim that can drop the conditions in doubt is judged
+        # again without them; otherwise name those its words decide that the conflict leaves open
         touched = [str(r.get("condition")) for r in j.conditions or []
                    if _timed_workload(r) in doubt and r.get("reading") != "unresolved"]
-        body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
-                f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
-                if touched else j.summary)
+        rest = None
+        if touched and claim.without_timings is not None:
+            try:
+                rest = _judge(claim, Measurements(claim.without_timings(m.values, sorted(doubt)), m.device,
+                                                  m.scale, m.torch, protocol=m.protocol))
+            except Exception:  # noqa: BLE001 - the judge's full words, labelled, are shown instead
+                rest = None
+        if rest is not None and rest.verdict == verdict:
+            body = (f"Without {', '.join(sorted(doubt))}'s timings (in doubt; their rows are shown unresolved): "
+                    f"{rest.summary}")
+        else:
+            body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
+                    f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
+                    if touched else j.summary)
         text = head + body + (f" On your machine: {local.summary}" if local is not None else "")
         rows = [dict(r, reading="unresolved", side=None, conflict=True)
                 if _timed_workload(r) in doubt else r for r in j.conditions or []]
@@ -1100,12 +1117,14 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         machine, meta, e, conflicts = rejected[0]
         rm = _entry_measurements(e, meta)
         own = _judge_or_needs(claim, rm)
-        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, j, own, rm)
+        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, None, own, rm)
         decided = jr.verdict != "needs re-measuring"
-        if decided:
-            stale = _stale_words(meta)
-            jr = Judgement(jr.verdict, f"On the reference GPU: {jr.summary}" + (f" {stale}" if stale else ""),
-                           f"On the reference GPU: {jr.reading}" if jr.reading else "", jr.conditions)
+        stale = _stale_words(meta)
+        head = "On the reference GPU: " if decided else ""
+        jr = Judgement(jr.verdict, f"{head}{jr.summary}" + (f" {stale}" if stale else "")
+                       + f" On your machine: {j.summary}",
+                       (f"On the reference GPU: {jr.reading}" if jr.reading else "") if decided else j.reading,
+                       jr.conditions)
         scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
                        "text": (f"measured on a reference machine: {rm.label} ({machine}, {column_age(meta)['label']}), "
                                 f"judged by today's rule; it contradicts itself on what {claim.id} reads, which "

@@ -259,3 +259,27 @@ def test_the_claims_readme_says_c20_reads_estimates_with_their_validation_error(
     exact = re.search(r"([^.;]*) still read estimates as exact values", text)
     assert exact is None or "C20" not in exact.group(1), exact.group(0)
     assert re.search(r"C18 and C20 read", text) or re.search(r"C18, C20", text), "names C20 beside C18"
+
+
+# ------------------------------------------------------------------------- C03 from a conflicted reference
+
+def test_c03_from_a_conflicted_reference_gives_the_references_age_before_this_machines_summary(monkeypatch):
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-nvidia-h200", H200_CONFLICTED)])
+    e = claims.judge_entry(_entry(CPU, "C03"), CPU["meta"])
+    assert e["verdict"] == "does not hold" and e["scope"]["conflicts"], e["summary"]
+    s = e["summary"]
+    assert s.startswith("On the reference GPU: "), s
+    assert s.index("Older evidence: measured on 2026-11-30") < s.index("On your machine: "), s
+    assert s.count("On your machine: ") == 1, s
+
+
+def test_c03s_words_read_only_the_conditions_a_conflict_leaves_decided():
+    doc = H200_CONFLICTED
+    e = claims.judge_entry(_entry(doc, "C03"), doc["meta"], conflicts=evidence.column_conflicts(doc))
+    assert e["verdict"] == "does not hold", e["summary"]
+    s = e["summary"]
+    body = s[s.index("it cannot decide"):]
+    # the judge's words are made from the rows the conflict leaves decided: no reading of resnet50 is given
+    assert "disagree: resnet50@64" not in body and "nothing clear for resnet50@64" not in body, s
+    assert "Read as if" not in s, s
+    assert "transformer_base@8" in body, s
