@@ -1087,30 +1087,35 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     ref = reference_entry(claim.id)
     rejected = [c for c in candidates if c[3]] if ref is None else []
     if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
-        rm = _entry_measurements(ref[2], ref[1]) if ref else None
+        # a column that contradicts itself on a workload's timing is still read for the workloads the conflict
+        # does not touch: its conditions of the workloads in doubt are read unresolved (_conflicted)
+        used = ref if ref is not None else rejected[0][:3] if rejected else None
+        rm = _entry_measurements(used[2], used[1]) if used else None
         jm = _judge_or_needs(claim, m, rm)
         if jm.verdict == "needs re-measuring":
             return jm, _scope(claim, m, j), None
-        speed = (f"measured on a reference machine, {rm.label} ({ref[0]}, {column_age(ref[1])['label']}), "
-                 f"judged by today's rule" if rm is not None else
-                 f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
-                 f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
+        conflicts = rejected[0][3] if ref is None and rejected else []
+        speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
+                 f"judged by today's rule" + (f"; it contradicts itself on what {claim.id} reads, so its timings "
+                                              f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
+                                              f"are read unresolved" if conflicts else "")
+                 if rm is not None else "no reference GPU measurement usable by today's rule")
         text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
                 f"{estimate_validation(m.protocol)[0]}; "
                 f"speed: {speed}"
                 f"; this machine's own timings ({m.label}) shown, not counted")
-        scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
-        if ref is not None:
-            scope = _aged(scope, ref[1])
-            stale = _stale_words(ref[1])
+        scope = {"basis": "estimated + reference", "text": text, "machine": used[0] if used else None}
+        if conflicts:
+            scope["conflicts"] = conflicts
+            jm = _conflicted(claim, f"The reference GPU column ({rm.label}, {used[0]})", conflicts, None, jm, m)
+            if jm.verdict == "needs re-measuring":
+                return jm, scope, None
+        if used is not None:
+            scope = _aged(scope, used[1])
+            stale = _stale_words(used[1])
             if stale:
                 jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
                                jm.scope)
-        elif rejected:
-            scope["conflicts"] = rejected[0][3]
-            jm = Judgement(jm.verdict, f"{jm.summary} The reference GPU column {rejected[0][0]} was not used for "
-                                       f"speed: {conflict_text(rejected[0][3])}.", jm.reading, jm.conditions,
-                           jm.scope)
         return jm, scope, None
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
     if ref is None and rejected:

@@ -283,3 +283,29 @@ def test_c03s_words_read_only_the_conditions_a_conflict_leaves_decided():
     assert "disagree: resnet50@64" not in body and "nothing clear for resnet50@64" not in body, s
     assert "Read as if" not in s, s
     assert "transformer_base@8" in body, s
+
+
+# ---------------------------------------------------------------------------------------- C20's two baselines
+
+def test_c20s_memory_cells_are_worded_against_a_training_step_with_the_forward_only_saving_beside(refs):
+    for folder in ("cuda-nvidia-h200", "cpu-amd-epyc-2-threads"):
+        e = _entry(refs[folder], "C20")
+        s = e["summary"]
+        assert "No_grad gives more than the article's table says for" not in s, s
+        assert "against a training step" in s.split(". ")[0].lower(), s
+        assert "mlp memory" in s and "forward against forward: 0%" in s, s  # what no_grad alone removes
+    text = claims.rule("C20")
+    assert "training step" in text and "forward against forward" in text, text
+
+
+def test_c20_off_a_gpu_uses_a_conflicted_reference_for_the_workloads_the_conflict_does_not_touch(monkeypatch):
+    monkeypatch.setitem(claims._REFS, "docs", [("cuda-nvidia-h200", H200_CONFLICTED)])
+    e = claims.judge_entry(_entry(CPU, "C20"), CPU["meta"])
+    assert e["verdict"] == "does not hold", e["summary"]
+    assert "needs a GPU timing" not in e["summary"] and "no reference GPU column usable" not in e["summary"]
+    rows = {r["condition"].split(" (")[0]: r for r in e["conditions"]}
+    assert rows["resnet50 speed"]["conflict"] is True
+    assert not rows["transformer_base speed"].get("conflict")
+    assert "transformer_base speed (forward gain stored without an interval)" in {r["condition"] for r in e["conditions"]}
+    assert "it cannot decide resnet50 speed" in e["summary"], e["summary"]
+    assert e["scope"]["conflicts"] and e["scope"]["machine"] == "cuda-nvidia-h200"
