@@ -309,3 +309,24 @@ def test_c20_off_a_gpu_uses_a_conflicted_reference_for_the_workloads_the_conflic
     assert "transformer_base speed (forward gain stored without an interval)" in {r["condition"] for r in e["conditions"]}
     assert "it cannot decide resnet50 speed" in e["summary"], e["summary"]
     assert e["scope"]["conflicts"] and e["scope"]["machine"] == "cuda-nvidia-h200"
+
+
+# ------------------------------------------------------------------------------- C23's proxy side words
+
+def test_a_proxy_interval_ending_within_the_edge_margin_gets_no_side():
+    from nogradlab.claims.rules import Band, proxy_text
+    band = Band("about", 0.28)
+    assert proxy_text(band, 0.216, 0.214, 0.218, margin=0.01).startswith("within 1 percentage point of an edge")
+    assert proxy_text(band, 0.216, 0.214, 0.218).startswith("below")  # today's protocol: valid interval
+    assert proxy_text(band, 0.10, 0.09, 0.11, margin=0.01).startswith("below")
+
+
+def test_c23_gives_no_side_to_a_single_profiled_run_nor_to_an_interval_at_an_edge(refs):
+    for folder in ("cuda-nvidia-h200", "cpu-amd-epyc-2-threads"):
+        s = _entry(refs[folder], "C23")["summary"]
+        host = s[s.index("host-side self CPU time"):s.index("Not testable")]
+        assert "single profiled run" in s and "no interval" in s, s
+        assert "(inside)" not in host and "(above)" not in host and "(below)" not in host, host
+    s = _entry(refs["cpu-amd-epyc-2-threads"], "C23")["summary"]
+    assert "transformer_base@2 no_grad 22% [21%, 22%] (below)" not in s, s
+    assert "within 1 percentage point of an edge" in s, s
