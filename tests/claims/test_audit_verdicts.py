@@ -330,3 +330,18 @@ def test_c23_gives_no_side_to_a_single_profiled_run_nor_to_an_interval_at_an_edg
     s = _entry(refs["cpu-amd-epyc-2-threads"], "C23")["summary"]
     assert "transformer_base@2 no_grad 22% [21%, 22%] (below)" not in s, s
     assert "within 1 percentage point of an edge" in s, s
+
+
+# ------------------------------------------------------------------------------------ the column headers
+
+def test_the_terminal_tables_column_lines_give_each_columns_protocol_and_the_real_reason(refs, monkeypatch):
+    doc = report.build_doc([], source="claims", device="cpu", scale="tiny", only=["C06"])
+    conflicted = claims.judge_entry(_entry(H200_CONFLICTED, "X05"), H200_CONFLICTED["meta"],
+                                    conflicts=evidence.column_conflicts(H200_CONFLICTED))
+    assert conflicted["verdict"] == "needs re-measuring"
+    col = copy.deepcopy(refs["cuda-nvidia-h200"])
+    col["claims"] = [conflicted if c["id"] == "X05" else c for c in col["claims"]]
+    text = report.terminal_table(doc, [("cuda-nvidia-h200", col)], width=200)
+    line = next(x for x in text.splitlines() if x.startswith("ref 1 = "))
+    assert "older protocol 1" in line, line
+    assert "contradicts itself" in line and "lacks what today's rule reads" not in line, line
