@@ -1238,6 +1238,15 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
         stale = _stale_words(meta)
         if stale:  # also when the column contradicts itself and still decides: it is as old either way
             j.summary = f"{j.summary} {stale}"
+    elif meta is not None and scope.get("basis") == "reference" and local is not None:
+        # decided by the reference GPU column (its age said before "On your machine"); this column's own
+        # timings, shown and not counted, say their own age after them
+        age = column_age(meta)
+        local = dict(local, age={k: age[k] for k in ("protocol", "current_protocol", "measured_on", "commit",
+                                                     "torch", "label")})
+        stale = _stale_words(meta)
+        if stale and "On your machine: " in j.summary:
+            j.summary = f"{j.summary} Your machine's timings (shown, not counted) were {stale.split(': ', 1)[1]}"
     elif meta is not None and scope.get("basis") == "estimated + reference":
         # the memory and batch cells are this column's own estimates (its age: scope.age); the speed cells
         # the reference GPU column's (its age, when one was used: scope.speed_age)

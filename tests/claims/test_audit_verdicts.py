@@ -345,3 +345,13 @@ def test_the_terminal_tables_column_lines_give_each_columns_protocol_and_the_rea
     line = next(x for x in text.splitlines() if x.startswith("ref 1 = "))
     assert "older protocol 1" in line, line
     assert "contradicts itself" in line and "lacks what today's rule reads" not in line, line
+
+
+@pytest.mark.parametrize("cid", ["C03", "C17", "X05"])
+def test_the_local_part_of_a_reference_decided_verdict_says_its_own_age(refs, cid):
+    e = _entry(refs["cpu-amd-epyc-2-threads"], cid)
+    s = e["summary"]
+    mine = s[s.index("On your machine: "):]
+    assert "measured on 2026-12-01" in mine and "protocol 2" in mine, mine
+    assert s.index("measured on 2026-11-30") < s.index("On your machine: "), s  # the reference's age, before
+    assert e["local"]["age"]["protocol"] == 2
