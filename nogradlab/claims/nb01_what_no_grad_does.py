@@ -320,6 +320,13 @@ def judge_c03(m, rule):
                        if r["condition"] in {f"{x['workload']}@{x['batch']}" for x in rows if x.get("with_fast_path")})
         summary += (f" The transformer above is timed with its fused fast path off (the bookkeeping alone); "
                     f"with the fast path: {on}.")
+    elif any(r["workload"] == "transformer_base" for r in counted) and not any("fast_path" in k for r in rows for k in r):
+        # an older column timed the transformer once, as torch runs it by default: in eval, its no_grad
+        # forward takes nn.TransformerEncoderLayer's fused fast path (with grad on, the standard path)
+        summary += (" The transformer above was timed with torch's default settings, the fused fast path on: "
+                    "in eval mode its no_grad forward takes that path and its forward with grad the standard one, "
+                    "so part of its gain is a different kernel, not only skipped bookkeeping; this column did not "
+                    "time it with the path off.")
     verdict, conds = without, all_off
     if fused and with_ != without:
         verdict = "depends"

@@ -355,3 +355,10 @@ def test_the_local_part_of_a_reference_decided_verdict_says_its_own_age(refs, ci
     assert "measured on 2026-12-01" in mine and "protocol 2" in mine, mine
     assert s.index("measured on 2026-11-30") < s.index("On your machine: "), s  # the reference's age, before
     assert e["local"]["age"]["protocol"] == 2
+
+
+def test_c03_says_which_transformer_path_an_older_column_timed(refs):
+    s = _entry(refs["cuda-nvidia-h200"], "C03")["summary"]
+    assert "fused fast path on" in s and "torch's default" in s, s
+    s = _judge("C03", _m(CPU, "C03"), 2).summary  # a column that timed both paths says so otherwise
+    assert "torch's default" not in s and "fused fast path off" in s, s
