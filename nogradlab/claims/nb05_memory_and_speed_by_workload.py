@@ -449,8 +449,8 @@ def _c20_readings(v, protocol=None):
                    _ev.saving_ci([1 + x for x in ci]) if ci else None)
         elif protocol == 1 and "speed_gain_forward_only" in r:
             # protocol 1 timed the forward with grad against the forward without at speed_batch too, and
-            # stored the gain without an interval: read like any interval-less reading (C13's cost), as the
-            # value within POINT_TOLERANCE; its speed_gain is a training step's, not read
+            # stored the gain without an interval: read like any interval-less reading (C13's cost), with the
+            # column's own spread for it (at least POINT_TOLERANCE); its speed_gain is a training step's, not read
             g = _ev.num(r.get("speed_gain_forward_only"))
             yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), "no_grad"),
                    _ev.saving(1 + g) if g is not None else None, None)
