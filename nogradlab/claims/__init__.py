@@ -136,7 +136,10 @@ class Claim:
     * ``shared_readings(values, protocol)``: yields ``(quantity key, value, interval)`` of the physical
       quantities several claims read (:func:`nogradlab.claims.evidence.readings`).
     * ``with_cost(values, seconds)``: its measurements with the cost of entering and leaving no_grad
-      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`)."""
+      read as ``seconds`` (a column that contradicts itself on that cost: :func:`_despite`).
+    * ``without_timings(values, workloads)``: its measurements without the timed conditions of those
+      workloads (a column whose timings of them contradict each other): its judge's words then read only
+      what the conflict leaves decided (:func:`_conflicted`)."""
 
     id: str
     section: str
@@ -154,6 +157,7 @@ class Claim:
     stop_edges: object = field(default=None, repr=False, compare=False)
     shared_readings: object = field(default=None, repr=False, compare=False)
     with_cost: object = field(default=None, repr=False, compare=False)
+    without_timings: object = field(default=None, repr=False, compare=False)
     measure: object = field(default=None, repr=False, compare=False)
     judge: object = field(default=None, repr=False, compare=False)
     draw: object = field(default=None, repr=False, compare=False)
@@ -201,7 +205,8 @@ _LOADED = False
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
             figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None,
             chart_rank: int = 99, tiny_cpu_threads: "int | None" = None, estimates_at: "str | None" = None,
-            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None) -> Claim:
+            speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None,
+            without_timings=None) -> Claim:
     """Declare a claim (once, in its notebook's check module) and return it. The keyword arguments
     after ``key_chart`` are what generic code asks of the claim (:class:`Claim`)."""
     if id in _CLAIMS:
@@ -220,7 +225,7 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
     if basis in ("estimate", "mixed") and estimates_at is None:
         raise ValueError(f"claim {id}: basis {basis!r} judges estimates; declare their scale (estimates_at)")
     c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
-              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost)
+              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost, without_timings)
     _CLAIMS[id] = c
     return c
 
@@ -1037,12 +1042,24 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
         head = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}); "
                 f"{why or 'no condition of the claim reads it'}. ")
         doubt = {c.get("workload") for c in conflicts if c.get("workload") is not None}
-        # the judge's words below read every condition: name those they decide that the conflict leaves open
+        # the judge's words below read every condition: a claim that can drop the conditions in doubt is judged
+        # again without them; otherwise name those its words decide that the conflict leaves open
         touched = [str(r.get("condition")) for r in j.conditions or []
                    if _timed_workload(r) in doubt and r.get("reading") != "unresolved"]
-        body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
-                f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
-                if touched else j.summary)
+        rest = None
+        if touched and claim.without_timings is not None:
+            try:
+                rest = _judge(claim, Measurements(claim.without_timings(m.values, sorted(doubt)), m.device,
+                                                  m.scale, m.torch, protocol=m.protocol))
+            except Exception:  # noqa: BLE001 - the judge's full words, labelled, are shown instead
+                rest = None
+        if rest is not None and rest.verdict == verdict:
+            body = (f"Without {', '.join(sorted(doubt))}'s timings (in doubt; their rows are shown unresolved): "
+                    f"{rest.summary}")
+        else:
+            body = (f"Read as if its timings of {', '.join(sorted(doubt))} were sound (they are not: "
+                    f"{', '.join(touched)} {'is' if len(touched) == 1 else 'are'} read unresolved above): {j.summary}"
+                    if touched else j.summary)
         text = head + body + (f" On your machine: {local.summary}" if local is not None else "")
         rows = [dict(r, reading="unresolved", side=None, conflict=True)
                 if _timed_workload(r) in doubt else r for r in j.conditions or []]
@@ -1070,42 +1087,49 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     ref = reference_entry(claim.id)
     rejected = [c for c in candidates if c[3]] if ref is None else []
     if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
-        rm = _entry_measurements(ref[2], ref[1]) if ref else None
+        # a column that contradicts itself on a workload's timing is still read for the workloads the conflict
+        # does not touch: its conditions of the workloads in doubt are read unresolved (_conflicted)
+        used = ref if ref is not None else rejected[0][:3] if rejected else None
+        rm = _entry_measurements(used[2], used[1]) if used else None
         jm = _judge_or_needs(claim, m, rm)
         if jm.verdict == "needs re-measuring":
             return jm, _scope(claim, m, j), None
-        speed = (f"measured on a reference machine, {rm.label} ({ref[0]}, {column_age(ref[1])['label']}), "
-                 f"judged by today's rule" if rm is not None else
-                 f"no reference GPU column usable: {rejected[0][0]} contradicts itself on what {claim.id} reads "
-                 f"({rejected[0][3][0]['text']})" if rejected else "no reference GPU measurement usable by today's rule")
+        conflicts = rejected[0][3] if ref is None and rejected else []
+        speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
+                 f"judged by today's rule" + (f"; it contradicts itself on what {claim.id} reads, so its timings "
+                                              f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
+                                              f"are read unresolved" if conflicts else "")
+                 if rm is not None else "no reference GPU measurement usable by today's rule")
         text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
                 f"{estimate_validation(m.protocol)[0]}; "
                 f"speed: {speed}"
                 f"; this machine's own timings ({m.label}) shown, not counted")
-        scope = {"basis": "estimated + reference", "text": text, "machine": ref[0] if ref else None}
-        if ref is not None:
-            scope = _aged(scope, ref[1])
-            stale = _stale_words(ref[1])
+        scope = {"basis": "estimated + reference", "text": text, "machine": used[0] if used else None}
+        if conflicts:
+            scope["conflicts"] = conflicts
+            jm = _conflicted(claim, f"The reference GPU column ({rm.label}, {used[0]})", conflicts, None, jm, m)
+            if jm.verdict == "needs re-measuring":
+                return jm, scope, None
+        if used is not None:
+            scope = _aged(scope, used[1])
+            stale = _stale_words(used[1])
             if stale:
                 jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
                                jm.scope)
-        elif rejected:
-            scope["conflicts"] = rejected[0][3]
-            jm = Judgement(jm.verdict, f"{jm.summary} The reference GPU column {rejected[0][0]} was not used for "
-                                       f"speed: {conflict_text(rejected[0][3])}.", jm.reading, jm.conditions,
-                           jm.scope)
         return jm, scope, None
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
     if ref is None and rejected:
         machine, meta, e, conflicts = rejected[0]
         rm = _entry_measurements(e, meta)
         own = _judge_or_needs(claim, rm)
-        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, j, own, rm)
+        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, None, own, rm)
         decided = jr.verdict != "needs re-measuring"
-        if decided:
-            stale = _stale_words(meta)
-            jr = Judgement(jr.verdict, f"On the reference GPU: {jr.summary}" + (f" {stale}" if stale else ""),
-                           f"On the reference GPU: {jr.reading}" if jr.reading else "", jr.conditions)
+        stale = _stale_words(meta)
+        head = "On the reference GPU: " if decided else ""
+        jr = Judgement(jr.verdict, f"{head}{jr.summary}" + (f" {stale}" if stale else "")
+                       + f" On your machine: {j.summary}",
+                       (f"On the reference GPU: {jr.reading}" if jr.reading else "") if decided else j.reading,
+                       jr.conditions)
         scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
                        "text": (f"measured on a reference machine: {rm.label} ({machine}, {column_age(meta)['label']}), "
                                 f"judged by today's rule; it contradicts itself on what {claim.id} reads, which "
@@ -1214,6 +1238,15 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
         stale = _stale_words(meta)
         if stale:  # also when the column contradicts itself and still decides: it is as old either way
             j.summary = f"{j.summary} {stale}"
+    elif meta is not None and scope.get("basis") == "reference" and local is not None:
+        # decided by the reference GPU column (its age said before "On your machine"); this column's own
+        # timings, shown and not counted, say their own age after them
+        age = column_age(meta)
+        local = dict(local, age={k: age[k] for k in ("protocol", "current_protocol", "measured_on", "commit",
+                                                     "torch", "label")})
+        stale = _stale_words(meta)
+        if stale and "On your machine: " in j.summary:
+            j.summary = f"{j.summary} Your machine's timings (shown, not counted) were {stale.split(': ', 1)[1]}"
     elif meta is not None and scope.get("basis") == "estimated + reference":
         # the memory and batch cells are this column's own estimates (its age: scope.age); the speed cells
         # the reference GPU column's (its age, when one was used: scope.speed_age)

@@ -16,11 +16,14 @@ readings are the same number; an older column may hold several that contradict e
 the claims that read them (:func:`conflicts_for`), and, for a workload's forward timing, no claim that reads
 any timing of that workload (at any batch): the column's timings of that workload are in doubt together.
 
-A reading's interval is its stored 95 % interval; a reading stored without one counts as the interval
-:data:`POINT_TOLERANCE` around it (2 percentage points for a time saving, 25 % for a time). Different
+A reading's interval is its stored 95 % interval. A reading stored without one has an unknown spread: it
+is read as if it had been measured as well as the column measured the same quantity, i.e. it borrows the
+widest distances below and above the value among the column's stored intervals of that quantity, and never
+less than :data:`POINT_TOLERANCE` (2 percentage points for a time saving, 25 % for a time). A point can
+then contradict an interval only by more than that interval's own spread. Different
 quantities are not read as one: protocol 1's C17 timed a whole validation loop without a sync per batch
 (not a forward): it is not read. Protocol 1's C20 stored its forward-vs-forward gain without an interval:
-it is read as such a reading (within :data:`POINT_TOLERANCE`), as C13's cost is.
+it is read as such a reading (with the column's own spread for it), as C13's cost is.
 What such a conflict still leaves decided is ``claims._despite``'s.
 """
 from __future__ import annotations
@@ -51,7 +54,10 @@ PROTOCOLS = {
 
 #: the half-width of the interval given to a reading stored without one, per kind of quantity:
 #: ("abs", x) an absolute width, ("rel", x) a fraction of the value
-POINT_TOLERANCE = {"time saving": ("abs", 0.02), "seconds": ("rel", 0.25)}
+POINT_TOLERANCE = {"time saving": ("abs", 0.02), "loop time saving": ("abs", 0.02), "seconds": ("rel", 0.25)}
+
+#: the kinds of quantity that are timings of a workload (a conflict on one puts all of that workload's in doubt)
+TIMED = ("time saving", "loop time saving")
 
 
 def protocol_of(meta: "dict | None") -> "int | None":
@@ -140,8 +146,15 @@ def _key_saving(workload, batch, case) -> "tuple | None":
     return ("time saving", workload, batch, case or "no_grad")
 
 
+def _key_loop_saving(workload, batch) -> "tuple | None":
+    """The key of a whole loop's time saving (no sync per batch): another quantity than a forward's."""
+    k = _key_saving(workload, batch, None)
+    return None if k is None else ("loop time saving",) + k[1:]
+
+
 #: the helpers a claim's ``shared_readings`` (declared in its nbNN module) reads a stored column with
 num, ci, saving, saving_ci, rows, key_saving = _num, _ci, _saving, _saving_ci, _rows, _key_saving
+key_loop_saving = _key_loop_saving
 
 
 def _reader(claim_id):
@@ -176,14 +189,22 @@ def readings(claims, protocol: "int | None" = None) -> dict:
                 continue
             if ci is not None and not ci[0] <= value <= ci[1]:
                 ci = (min(ci[0], value), max(ci[1], value))
-            kind, width = POINT_TOLERANCE[key[0]]
+            out.setdefault(key, []).append({"claim": e["id"], "value": value, "ci": ci})
+    for key, rs in out.items():
+        # a reading without an interval borrows the spread the column measured for the same quantity
+        # (the widest distances below and above the value among its stored intervals), never less than
+        # POINT_TOLERANCE: it is read as if measured as well as the column measured that quantity
+        below = max((r["value"] - r["ci"][0] for r in rs if r["ci"] is not None), default=0.0)
+        above = max((r["ci"][1] - r["value"] for r in rs if r["ci"] is not None), default=0.0)
+        kind, width = POINT_TOLERANCE[key[0]]
+        for r in rs:
+            value, ci = r.pop("value"), r.pop("ci")
             if ci is None:
                 w = width if kind == "abs" else abs(value) * width
-                interval, stored = (value - w, value + w), False
+                interval, stored = (value - max(w, below), value + max(w, above)), False
             else:
                 interval, stored = ci, True
-            out.setdefault(key, []).append({"claim": e["id"], "value": value, "interval": list(interval),
-                                            "stored_interval": stored})
+            r.update(value=value, interval=list(interval), stored_interval=stored)
     return out
 
 
@@ -191,12 +212,14 @@ def _describe(key) -> str:
     if key[0] == "time saving":
         case = "" if key[3] == "no_grad" else f" ({key[3]})"
         return f"no_grad's time saving{case} for {key[1]} at batch {key[2]}"
+    if key[0] == "loop time saving":
+        return f"no_grad's time saving over a whole loop (no sync per batch) for {key[1]} at batch {key[2]}"
     return f"the cost of {key[1]}"
 
 
 def _fmt(key, r) -> str:
     v, (lo, hi) = r["value"], r["interval"]
-    if key[0] == "time saving":
+    if key[0] in TIMED:
         text = (_format.percent_ci(v, lo, hi, 2, noisy=False) if r["stored_interval"]
                 else f"{_format.percent(v, 2)} (no interval stored)")
     else:
@@ -218,7 +241,7 @@ def column_conflicts(doc: "dict | None") -> list:
     found = readings(claims if isinstance(claims, list) else [], protocol_of(meta))
     by_workload: dict = {}
     for key, rs in found.items():
-        if key[0] == "time saving":
+        if key[0] in TIMED:
             by_workload.setdefault(key[1], set()).update(r["claim"] for r in rs)
     out = []
     for key, rs in found.items():
@@ -229,11 +252,11 @@ def column_conflicts(doc: "dict | None") -> list:
                        for i, a in enumerate(rs) for b in rs[i + 1:] if a["claim"] != b["claim"])
         if disjoint:
             text = f"{_describe(key)} reads " + ", ".join(_fmt(key, r) for r in rs)
-            also = sorted(by_workload.get(key[1], set()) - measured_by) if key[0] == "time saving" else []
+            also = sorted(by_workload.get(key[1], set()) - measured_by) if key[0] in TIMED else []
             if also:
                 text += (f"; so its other forward timings of {key[1]} decide nothing either "
                          f"({', '.join(also)} read{'s' if len(also) == 1 else ''} them)")
-            out.append({"quantity": _describe(key), "workload": key[1] if key[0] == "time saving" else None,
+            out.append({"quantity": _describe(key), "workload": key[1] if key[0] in TIMED else None,
                         "values": sorted({r["value"] for r in rs}), "measured_by": sorted(measured_by),
                         "claims": sorted(measured_by | set(also)), "readings": rs, "text": text})
     return out

@@ -265,8 +265,11 @@ def _c17_stop_edges(workload) -> list:
 
 def _c17_readings(v, protocol=None):
     """C17's reading of no_grad's time saving at its workload and batch (:func:`evidence.readings`)."""
-    if protocol == 1:  # protocol 1 timed a whole validation loop without a sync per batch: a loop that runs
-        return         # ahead of the GPU hides autograd's CPU cost, so it is not a forward's time saving
+    if protocol == 1:  # protocol 1 timed a whole validation loop without a sync per batch: another quantity
+        # than a forward's time saving (never compared with one), but a timing of the same workload on the same
+        # machine, so a column whose timings of that workload contradict each other puts it in doubt too
+        yield _ev.key_loop_saving(v.get("workload"), v.get("batch")), _ev.num(v.get("time_saved")), _ev.ci(v.get("ci"))
+        return
     k = _ev.key_saving(v.get("workload"), v.get("batch"), None)
     yield k, _ev.num(v.get("time_saved")), _ev.ci(v.get("ci"))
 
@@ -281,7 +284,10 @@ C17 = declare(
               "shared timing), read against 'about 35 %' (28-42 %, within 20 % of 35 %) by its 95 % CI "
               "(at least 10 rounds): holds when it lies inside, does not hold when it lies outside, "
               "inconclusive across an edge (or within 1 percentage point of one, for an older protocol's interval, "
-              "which under-covers); does not hold either if the loop's predictions differ with no_grad. The article speaks of GPUs: off a GPU "
+              "which under-covers); does not hold either if the loop's predictions differ with no_grad. A column of "
+              "protocol 1 timed the whole loop with no sync per batch instead: that loop time is read, as another "
+              "quantity than a synced forward's (never compared with one), and a conflict on the same model's "
+              "forward timings in that column puts it in doubt too. The article speaks of GPUs: off a GPU "
               "the reference GPU's measurements decide." + SELF_CONTRADICTION,
               band=Band("about", 0.35), tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
 
@@ -354,12 +360,15 @@ def judge_c17(m, rule):
     # a column with per-step timing ("timing") synchronised each batch; one without (protocol 1) timed the
     # whole loop at once, with no per-batch sync
     cut = "each step's forward" if "timing" in m else "the whole loop's time"
+    loop = ("" if "timing" in m else
+            " The loop was timed at once, with no sync per batch: another quantity than a synced forward's time "
+            "saving (a loop that runs ahead of the GPU can hide autograd's CPU cost), read as such.")
     lead = direction_text(rows, "no_grad saves more time than the article says", "no_grad saves less time than the article says",
                           nothing="no_grad saves nothing clear")
     summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
                + f"Validation loop of the {name} in eval mode ({n} batches of {b}, {m.label}): adding no_grad cut "
                f"{cut} by {format_saved(m['time_saved'], lo, hi)}{timing}; article: about 35 %, "
-               f"read as {rule.band.text()}: {readings_text(rows)}. Predictions over {n * b} inputs "
+               f"read as {rule.band.text()}: {readings_text(rows)}.{loop} Predictions over {n * b} inputs "
                + ("identical" if same else "DIFFERENT")
                + (f" (largest logit difference {m['max_logit_diff']:.2g})" if "max_logit_diff" in m else "")
                + f", so the accuracy is the same for any labels: {acc['eval']:.3f} vs {acc['eval+no_grad']:.3f}"

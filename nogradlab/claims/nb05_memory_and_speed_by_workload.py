@@ -449,8 +449,8 @@ def _c20_readings(v, protocol=None):
                    _ev.saving_ci([1 + x for x in ci]) if ci else None)
         elif protocol == 1 and "speed_gain_forward_only" in r:
             # protocol 1 timed the forward with grad against the forward without at speed_batch too, and
-            # stored the gain without an interval: read like any interval-less reading (C13's cost), as the
-            # value within POINT_TOLERANCE; its speed_gain is a training step's, not read
+            # stored the gain without an interval: read like any interval-less reading (C13's cost), with the
+            # column's own spread for it (at least POINT_TOLERANCE); its speed_gain is a training step's, not read
             g = _ev.num(r.get("speed_gain_forward_only"))
             yield (_ev.key_saving(r.get("workload"), r.get("speed_batch"), "no_grad"),
                    _ev.saving(1 + g) if g is not None else None, None)
@@ -467,9 +467,11 @@ C20 = declare(
     paraphrase='the table: memory saved / speed gained / batch factor per model class, training vs eval+no_grad on a 16 GB GPU',
     figure='ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x; U-Net 35-40 % / 30-35 % / 2.0-2.3x; two-layer MLP 15-20 % / 10-15 % / 1.2-1.4x',
     rule=Rule("Each cell of the article's table is read against its band (unrounded; inside agrees, outside "
-              "disagrees, a CI across an edge is unresolved): memory saved and batch factor from the "
-              "full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
-              "without grad over the forward with grad (shared timing, 95 % CI, at least 10 rounds), "
+              "disagrees, a CI across an edge is unresolved): memory saved and batch factor compare eval+no_grad "
+              "inference with a training step, as the article's table does (gradients and optimizer state "
+              "included, not only what no_grad removes: the forward-against-forward memory saving is shown "
+              "beside each memory cell), from the full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
+              "without grad over the forward with grad (forward against forward; shared timing, 95 % CI, at least 10 rounds), "
               "measured on a GPU: off a GPU the reference GPU's. Judged with and without the transformer's "
               "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
               + "; the training-step comparison is shown, not counted." + SELF_CONTRADICTION,
@@ -644,8 +646,13 @@ def judge_c20(m, rule, ref=None):
                _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
         return f"{val} ({c['reading']})"
 
+    def fwd_mem(r):
+        x = r.get("memory_saved_forward_only")
+        return "" if x is None else f", forward against forward: {_format.percent(x, 0)}"
+
     desc = "; ".join(
-        f"{r['workload']}: memory {cell(r['workload'] + ' memory')} (article {_fmt_band(r['memory_band'], 'pct')}), "
+        f"{r['workload']}: memory against a training step {cell(r['workload'] + ' memory')} "
+        f"(article {_fmt_band(r['memory_band'], 'pct')}{fwd_mem(r)}), "
         f"speed {cell(r['workload'] + ' speed')} (article +{_fmt_band(r['speed_band'], 'pct')}), batch "
         + (cell(r['workload'] + ' batch') if r.get("batch_factor") is not None and not any(
             v.get("capped") for v in (r.get("largest_batch") or {}).values())
@@ -664,12 +671,35 @@ def judge_c20(m, rule, ref=None):
     def val(c):
         return _format.ratio(c["value"]) if c["band"]["unit"] == "x" else _format.percent(c["value"], 0)
 
-    above = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "above"]
-    below = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == "below"]
-    lead = "; ".join(
-        f"{word} for {', '.join(c['condition'] for c in cs)} ({', '.join(val(c) for c in cs)})"
-        for word, cs in (("no_grad gives more than the article's table says", above),
-                         ("less than it says", below)) if cs)
+    fwd_only = {r["workload"]: r.get("memory_saved_forward_only") for r in rows}
+
+    def kind(c):
+        return c["condition"].split(" ")[1] if " " in c["condition"] else ""
+
+    # the memory and batch cells compare eval+no_grad inference with a training step (gradients and optimizer
+    # state included), the speed cells a forward with a forward: each kind says so in its own words
+    words = {("memory", "above"): "against a training step, eval+no_grad inference saves more memory than the "
+                                  "article's table says",
+             ("memory", "below"): "against a training step, eval+no_grad inference saves less memory than the "
+                                  "article's table says",
+             ("batch", "above"): "fits a larger batch than a training step by more than it says",
+             ("batch", "below"): "fits a larger batch than a training step by less than it says",
+             ("speed", "above"): "no_grad's forward gains more speed over a forward with grad than it says",
+             ("speed", "below"): "no_grad's forward gains less speed over a forward with grad than it says"}
+    parts = []
+    for k in ("memory", "batch", "speed"):
+        for side in ("above", "below"):
+            cs = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == side and kind(c) == k]
+            if not cs:
+                continue
+            part = f"{words[(k, side)]} for {', '.join(c['condition'] for c in cs)} ({', '.join(val(c) for c in cs)})"
+            if k == "memory":
+                fo = [fwd_only.get(c["condition"].split(" ")[0]) for c in cs]
+                if all(x is not None for x in fo):
+                    part += ("; of that, what no_grad alone removes (its forward against a forward with grad): "
+                             + ", ".join(_format.percent(x, 0) for x in fo))
+            parts.append(part)
+    lead = "; ".join(parts)
     n_open = sum(c["reading"] == "unresolved" for c in cells)
     if lead and n_open:
         lead += f"; {n_open} cell{'s' if n_open > 1 else ''} unresolved"

@@ -355,11 +355,17 @@ def direction_text(rows, more: str, less: str, fmt=_pct0, nothing: "str | None" 
                      for phrase, rs in ((more, above), (less, below), (nothing, zero)) if rs)
 
 
-def proxy_text(band: Band, value: float, lo: "float | None" = None, hi: "float | None" = None) -> str:
+def proxy_text(band: Band, value: float, lo: "float | None" = None, hi: "float | None" = None,
+               margin: float = 0.0) -> str:
     """Where a measured proxy of an untestable figure lies against the article's band, in words:
     ``"inside the article's about 28 % (22.4 % to 33.6 %)"``, ``"above ..."``, ``"below ..."`` or
-    ``"across an edge of ..."``. Shown, never deciding (nogradlab/claims/README.md, "Unsourced
-    statistics and proxies")."""
+    ``"across an edge of ..."``; an interval that ends within ``margin`` of an edge (:func:`edge_margin`: an
+    older protocol's, which under-covers) is ``"within 1 percentage point of an edge (no side) of ..."``.
+    Shown, never deciding (nogradlab/claims/README.md, "Unsourced statistics and proxies")."""
     r = band.read(value, lo, hi)
+    width = margin if band.unit == "%" else margin * max(abs(e) for e in band.edges if e is not None)
+    if r != "unresolved" and lo is not None and hi is not None and width > 0 and _clearance(band, lo, hi) < width:
+        pts = f"{margin * 100:g} percentage point{'' if margin * 100 == 1 else 's'}"
+        return f"within {pts} of an edge (no side) of the article's {band.text()}"
     where = {"agrees": "inside", "unresolved": "across an edge of"}.get(r) or band.side(value, lo, hi)
     return f"{where} the article's {band.text()}"

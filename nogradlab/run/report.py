@@ -390,13 +390,21 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
     lines.append(plain_text(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, "
                             f"scale {doc['meta']['scale']}: {counts}"))
     for i, (name, r) in enumerate(refs, 1):
-        n_old = sum(1 for rc in r["claims"] if rc.get("verdict") == "needs re-measuring")
+        redo = [rc for rc in r["claims"] if rc.get("verdict") == "needs re-measuring"]
+        # why each needs re-measuring: a column (its own or its reference GPU's) that contradicts itself on what
+        # the claim reads, or one that lacks what today's rule reads
+        torn = [rc["id"] for rc in redo if isinstance(rc.get("scope"), dict) and rc["scope"].get("conflicts")]
+        lack = [rc["id"] for rc in redo if rc["id"] not in torn]
+        why = "; ".join(x for x in (
+            f"{', '.join(torn)}: a column that contradicts itself on what {'it reads' if len(torn) == 1 else 'they read'}"
+            if torn else "",
+            f"{', '.join(lack)}: the column lacks what today's rule reads" if lack else "") if x)
         commit = r["meta"].get("nogradlab_commit")
         lines.append(plain_text(
             f"ref {i} = {name}: {r['meta']['device_label']}, scale {r['meta']['scale']}, "
             f"{str(r['meta'].get('generated', ''))[:10]}" + (f", nogradlab {commit}" if commit else "")
-            + "; judged by today's rules"
-            + (f" ({n_old} claim(s) need re-measuring: the column lacks what today's rule reads)" if n_old else "")))
+            + f", {_protocol(r['meta'])}; judged by today's rules"
+            + (f" ({len(redo)} claim(s) need re-measuring: {why})" if redo else "")))
     for g in by_release(doc, refs):
         releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
         changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]) or "none"

@@ -34,16 +34,17 @@ def _as_protocol_2(doc):
 H200_AS_2 = _as_protocol_2(H200)
 
 
-def test_the_h200_column_contradicts_itself_on_the_enter_exit_cost_and_resnet50s_timing():
+def test_the_h200_column_contradicts_itself_on_the_enter_exit_cost_only():
+    # resnet50@32: C20's interval-less 23.8 % read with X05's own spread overlaps X05's 13.4 % [4.7, 18.3]
     found = {c["quantity"]: c for c in evidence.column_conflicts(H200)}
-    assert set(found) == {"the cost of enter+exit no_grad", "no_grad's time saving for resnet50 at batch 32"}
+    assert set(found) == {"the cost of enter+exit no_grad"}
     cost = {r["claim"]: r["value"] for r in found["the cost of enter+exit no_grad"]["readings"]}
     assert cost["C12"] == pytest.approx(1.48e-6, rel=0.01) and cost["C13"] == pytest.approx(3.04e-6, rel=0.01)
 
 
 def test_a_protocol_1_validation_loop_is_not_a_forward_time_saving():
-    # protocol 1's C17 timed a 20-batch loop without a sync per batch; its C20 forward-vs-forward gain, stored
-    # without an interval, is read within POINT_TOLERANCE (tests/claims/test_audit_verdicts.py)
+    # protocol 1's C17 timed a 20-batch loop without a sync per batch (its own quantity); its C20
+    # forward-vs-forward gain, stored without an interval, is read with the column's own spread
     read = evidence.readings(H200["claims"], 1)
     by = {r["claim"] for k, rs in read.items() if k[0] == "time saving" for r in rs}
     assert by == {"C03", "X05", "C20"}, by
@@ -129,7 +130,7 @@ def _reference_docs():
 @pytest.mark.parametrize("cid", ["C12", "C13"])
 def test_a_cost_read_with_either_of_its_values_decides_when_both_give_one_verdict(cid):
     h = _reference_docs()["cuda-nvidia-h200"]
-    assert h["meta"]["age"]["stale"] is True and len(h["meta"]["conflicts"]) == 2  # the cost; resnet50@32
+    assert h["meta"]["age"]["stale"] is True and len(h["meta"]["conflicts"]) == 1  # the cost
     e = _entry(h, cid)
     assert e["verdict"] == "does not hold" and e["scope"]["conflicts"], e["summary"]
     assert "contradicts itself" in e["summary"] and "1.48 µs, 3.04 µs" in e["summary"]

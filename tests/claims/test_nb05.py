@@ -217,7 +217,9 @@ def test_c20_takes_no_speed_from_a_gpu_column_that_contradicts_itself(monkeypatc
     monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", age._fake_gpu_column(0.5))])
     e = claims.judge_entry(age._entry(age.CPU, "C20"), age.CPU["meta"])
     assert e["scope"]["basis"] == "estimated + reference" and e["scope"]["conflicts"]
-    assert "was not used for speed" in e["summary"] and "contradicts itself" in e["scope"]["text"]
+    # read for the workloads the conflict does not touch; those it touches read unresolved
+    assert "contradicts itself" in e["summary"] and "contradicts itself" in e["scope"]["text"]
+    assert e["scope"]["machine"] == "cuda-fake-gpu"
     # the same column without the contradiction decides C20's speed cells, labelled with its age
     monkeypatch.setitem(claims._REFS, "docs", [("cuda-fake-gpu", age._fake_gpu_column(
         age._m(age.CPU, "C03")["rows"][0]["time_saved"]))])
@@ -238,7 +240,7 @@ def test_estimated_memory_and_batch_cells_of_a_gpu_column_carry_their_allocator_
     assert e["verdict"] == "does not hold", e["summary"]
     cells = {c["condition"]: c for c in e["evidence"]["conditions"]} if "conditions" in e.get("evidence", {}) else None
     s = e["summary"]
-    assert "memory +84% [+70%, +92%] (disagrees)" in s, s  # 1 - 0.16 * 1.306 / 0.694 = 70 %
+    assert "memory against a training step +84% [+70%, +92%] (disagrees)" in s, s  # 1 - 0.16 * 1.306 / 0.694 = 70 %
     assert "batch 1.40\u00d7 [0.75\u00d7, 2.64\u00d7] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
     assert words in e["scope"]["text"] and "(speed)" in e["scope"]["text"], e["scope"]
     assert cells is None or all(c["ci"] for n, c in cells.items() if "memory" in n)
