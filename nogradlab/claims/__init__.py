@@ -54,6 +54,8 @@ from nogradlab.core import workloads as _workloads
 from nogradlab.claims.evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
 from nogradlab.claims.params import Params
 from nogradlab.claims.rules import Band, Rule
+from nogradlab.claims import evidence as _evidence_module
+from nogradlab.claims import rules as _rules_module
 from nogradlab.claims import runcache as _runcache
 from nogradlab.core.session import frozen_gc
 
@@ -295,6 +297,18 @@ def get(claim_id: str) -> Claim:
 
 def all_claims() -> list:
     return _in_order()
+
+
+def _shared_readings_of(claim_id):
+    try:
+        return get(claim_id).shared_readings
+    except ValueError:
+        return None
+
+
+# rules and evidence read the registry through these, and import nothing of the ledger themselves
+_rules_module.use_registry(get, ids)
+_evidence_module.use_readers(_shared_readings_of)
 
 
 def claim_figures() -> tuple:

@@ -157,15 +157,19 @@ num, ci, saving, saving_ci, rows, key_saving = _num, _ci, _saving, _saving_ci, _
 key_loop_saving = _key_loop_saving
 
 
-def _reader(claim_id):
-    """The claim's declared ``shared_readings`` (None for a claim that reads no shared quantity, or an
-    id no claim has)."""
-    from nogradlab import claims as _claims
+#: claim id -> its declared ``shared_readings`` (None: it reads no shared quantity); given by
+#: ``nogradlab.claims`` when it is imported, so that this module imports no other part of the ledger
+_READERS: dict = {"of": lambda claim_id: None}
 
-    try:
-        return _claims.get(claim_id).shared_readings
-    except ValueError:
-        return None
+
+def use_readers(reader_of) -> None:
+    """Called once by ``nogradlab.claims``: ``reader_of(claim_id)`` -> the claim's ``shared_readings``
+    or None (also for an id no claim has)."""
+    _READERS["of"] = reader_of
+
+
+def _reader(claim_id):
+    return _READERS["of"](claim_id)
 
 
 def readings(claims, protocol: "int | None" = None) -> dict:

@@ -210,26 +210,30 @@ class Rule:
         return d
 
 
+#: the registry's lookups, given by ``nogradlab.claims`` when it is imported (this module imports no other
+#: part of the ledger: the registry reads rules, rules do not read the registry)
+_REGISTRY: dict = {"get": None, "ids": lambda: ()}
+
+
+def use_registry(get, ids) -> None:
+    """Called once by ``nogradlab.claims``: ``get(claim_id)`` -> its Claim, ``ids()`` -> every id."""
+    _REGISTRY.update(get=get, ids=ids)
+
+
 class _Rules(Mapping):
     """claim id -> its :class:`Rule`, read from the claims' declarations."""
 
     def __getitem__(self, claim_id):
-        from nogradlab.claims import get as _get
-
         try:
-            return _get(claim_id).rule
-        except ValueError:
+            return _REGISTRY["get"](claim_id).rule
+        except (ValueError, TypeError):
             raise KeyError(claim_id) from None
 
     def __iter__(self):
-        from nogradlab.claims import ids
-
-        return iter(ids())
+        return iter(_REGISTRY["ids"]())
 
     def __len__(self):
-        from nogradlab.claims import ids
-
-        return len(ids())
+        return len(_REGISTRY["ids"]())
 
 
 #: claim id -> its rule (from the declarations)

@@ -65,3 +65,13 @@ def test_an_unknown_name_is_refused():
         _ = nogradlab.plan  # the GPU plan is project tooling (tools/plan.py), not shipped
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("nogradlab.procmem")
+
+
+def test_no_module_imports_itself_back_through_others():
+    """No circle in the import graph, module by module (inside a wing too): the registry gives rules and
+    evidence its lookups at import instead of their importing it."""
+    grimp = pytest.importorskip("grimp")
+    g = grimp.build_graph("nogradlab")
+    circles = [(m, t) for m in sorted(g.modules) for t in g.find_modules_directly_imported_by(m)
+               if g.chain_exists(importer=t, imported=m)]
+    assert circles == []
