@@ -71,7 +71,7 @@ KINDS = ("semantic", "numeric", "semantic+numeric", "historical", "unsourced sta
 #: the evidence a verdict stands on: "here" (this run's measurement, any device), "estimate" (a
 #: memory or batch figure the article gives for GPUs: the full-size virtual-CUDA estimate, made
 #: here), "gpu speed" (a speed figure the article gives for GPUs: a GPU's measurement, this run's on
-#: a GPU, else the reference GPU's in results/), "mixed" (the judge reads both: C20's table)
+#: a GPU, else the reference GPU's in results/), "mixed" (the judge reads both: the article's table)
 BASES = ("here", "estimate", "gpu speed", "mixed")
 
 #: the check modules, one per notebook, in the article's order
@@ -317,7 +317,7 @@ def claim_figures() -> tuple:
 
 
 def figure(result):
-    """The picture of a claim's measurements: ``claims.figure(claims.check("C20"))``, or the same from
+    """The picture of a claim's measurements: ``claims.figure(claims.check(claim_id))``, or the same from
     the result's ``to_dict()`` (as stored in claims.json). Claims with a picture: :func:`claim_figures`."""
     d = result if isinstance(result, dict) else result.to_dict()
     c = get(d["id"])
@@ -364,7 +364,7 @@ class Context:
     def reference(self) -> bool:
         """``params['reference']``: the reference run (benchmarks/gpu_reference.py), which measures
         what a learner's notebook leaves out to stay within its minute on a GPU (the compute-bound
-        batch, the levers there, both C04 budgets by real OOM searches, torch.compile, the longer
+        batch, the levers there, both memory budgets by real OOM searches, torch.compile, the longer
         sequence sweep). Only GPU runs differ; on a CPU the scale decides."""
         return bool(self.params.get("reference", False))
 
@@ -982,7 +982,7 @@ def _workload_of(condition) -> str:
 
 def _timed_workload(row) -> "str | None":
     """The workload whose forward timing a condition row reads (``resnet50@16``, ``resnet50 speed ...``),
-    None for a row that reads no timing (C20's ``resnet50 memory`` and ``resnet50 batch``: estimates) or
+    None for a row that reads no timing (a table's ``resnet50 memory`` and ``resnet50 batch`` cells: estimates) or
     that does not count towards the verdict (``deciding: false``)."""
     if not isinstance(row, dict) or not row.get("deciding", True):
         return None

@@ -9,8 +9,9 @@ decides says so in words and carries ``scope.stale: true`` with ``scope.age`` (t
 and torch release, :func:`column_age`). :data:`PROTOCOLS` says what each version was.
 
 **One quantity, one value.** Within one column, several claims read the same physical quantity (no_grad's
-time saving for one workload and batch is read by C03, C17, X05 and C20; the cost of entering and leaving
-``no_grad`` by C12 and C13). Today's checks share one timing per condition (``timing.RUN``), so their
+time saving for one workload and batch is read by claims of notebooks 01, 04, 05 and 09; the cost of entering
+and leaving ``no_grad`` by two of notebook 03). Each claim declares what it reads (``shared_readings``).
+Today's checks share one timing per condition (:data:`nogradlab.claims.runcache.RUN`), so their
 readings are the same number; an older column may hold several that contradict each other.
 :func:`column_conflicts` finds the quantities whose readings do not overlap; such a column does not decide
 the claims that read them (:func:`conflicts_for`), and, for a workload's forward timing, no claim that reads
@@ -21,9 +22,10 @@ is read as if it had been measured as well as the column measured the same quant
 widest distances below and above the value among the column's stored intervals of that quantity, and never
 less than :data:`POINT_TOLERANCE` (2 percentage points for a time saving, 25 % for a time). A point can
 then contradict an interval only by more than that interval's own spread. Different
-quantities are not read as one: protocol 1's C17 timed a whole validation loop without a sync per batch
-(not a forward): it is not read. Protocol 1's C20 stored its forward-vs-forward gain without an interval:
-it is read as such a reading (with the column's own spread for it), as C13's cost is.
+quantities are not read as one: protocol 1 timed notebook 04's validation loop whole, without a sync per
+batch (not a forward): that is its own quantity (``loop time saving``), in doubt with its workload's other
+timings. Protocol 1 stored the article table's forward-vs-forward gain without an interval: it is read as
+such a reading (with the column's own spread for it), as notebook 03's modelled cost is.
 What such a conflict still leaves decided is ``claims._despite``'s.
 """
 from __future__ import annotations
@@ -41,11 +43,11 @@ PROTOCOL = 3
 #: what each protocol version was
 PROTOCOLS = {
     1: "before 2026-12-01 (nogradlab up to 182a8d6): each check timed its own conditions, so one quantity "
-       "could be measured several times with different settings; C20's speed cells timed a training step against "
+       "could be measured several times with different settings; the article table's speed cells timed a training step against "
        "a no_grad forward, and its forward-vs-forward gain was stored without an interval; protocols were not yet "
        "recorded (schema_version 1)",
     2: "2026-12-01 on: one shared timing per condition and run (timing.RUN), read by every check that needs it; "
-       "C20 times forward against forward; the transformer's no_grad timed with its fused fast path off and on",
+       "the article table's speed cells time forward against forward; the transformer's no_grad timed with its fused fast path off and on",
     3: "2026-12-01 night on: each round runs the cases in a random order; a speedup is the typical paired "
        "per-round ratio (Hodges-Lehmann) with a Wilcoxon signed-rank interval, read at 1 - 0.05/looks at the "
        "looks 10/15/20/30/40 rounds (valid when the rounds stop), where protocol 2 read a percentile "

@@ -11,7 +11,7 @@ several of them read is measured here, once:
   it once too and names it.
 * **Speed.** Always :func:`nogradlab.timing.compare` (interleaved rounds in a random order, a signed-rank CI
   of the paired per-round ratios, valid when the rounds stop). "Cuts runtime by X %" is ``time_saved = 1 - t_case / t_base``. The
-  article's "relative speed gain" (C20's table) and "more throughput" (C13) are read as a
+  article's "relative speed gain" (its table) and "more throughput" (of a wider no_grad scope) are read as a
   *throughput* gain, ``speedup - 1 = t_base / t_case - 1``; ``time_saved`` is given beside it.
 * **Memory.** "Saved" is ``1 - peak(case) / peak(baseline)`` of *total* peaks: weights, buffers
   and inputs (what the device holds anyway) plus everything the step allocates. Real tiny runs use
@@ -299,7 +299,7 @@ def _speed_batches(ctx, wl) -> tuple:
 
 
 def _lever_batches(ctx, wl) -> tuple:
-    """The batches whose conditions also time the levers (X05): every speed batch, so both the
+    """The batches whose conditions also time the levers (notebook 09): every speed batch, so both the
     overhead-bound and the compute-bound regime are shown (at small/full scale on a CPU, and in the
     GPU reference run); only the main speed batch (:func:`_speed_batch`: the default batch) on a tiny
     CPU run, and in a learner's GPU run, whose speed batches are that one anyway (on an H200 the levers
@@ -327,7 +327,7 @@ def _lever_settings(ctx, workload, batch: "int | None" = None) -> list:
     channels_last for the CNNs (stacked with the autocast dtypes on CUDA). A learner's GPU run times
     fp16 alone, and channels_last only stacked with it (5 cases for a CNN where the reference run has
     8: each case costs every round; :mod:`nogradlab.plan`). The set depends only on
-    the condition, never on which check asks. torch.compile is X05's own quantity
+    the condition, never on which check asks. torch.compile is the levers claim's own quantity
     (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
     should pay."""
     wl = resolve(ctx, workload)

@@ -75,7 +75,7 @@ MIN_BOOTSTRAP_ROUNDS = 10
 #: interval of a protocol whose intervals under-cover may end and still decide: nearer, it is unresolved.
 #: Protocols 1 and 2 read a percentile bootstrap after every block of rounds (optional stopping): in A/A
 #: runs on a 2-core CPU their intervals excluded the truth in 20-38 % of runs where 5 % was meant (issue 26),
-#: so an end a hair off an edge (C03's resnet50@16 on the H200: 19.992 % against 20 %) is no evidence of a side
+#: so an end a hair off an edge (resnet50@16's time saving in the H200 column: 19.992 % against 20 %) is no evidence of a side
 EDGE_MARGIN = 0.01
 
 #: the first protocol whose timed intervals hold their 95 % at the stopping time (nogradlab.claims.evidence)

@@ -7,7 +7,7 @@
   full-size models, whatever ``ctx.scale`` is: a 12 GiB budget only means something for the
   article's model sizes. On a real GPU, ``real_search`` says how many real OOM searches under a
   memory cap (method ``"search"``) check it: ``"one"`` by default (a notebook on a learner's GPU:
-  C04's real searches alone took 183 s on an H200), ``"all"`` in the reference run
+  the budget claim's real searches alone took 183 s on an H200), ``"all"`` in the reference run
   (``benchmarks/gpu_reference.py``), ``"none"``.
   Modes: ``"train"`` (a training step), ``"grad"`` (a grad-enabled forward, eval mode) and
   ``"eval+no_grad"``.
@@ -131,7 +131,7 @@ def _ratio(a: int, b: int) -> "float | None":
 
 
 def default_budgets(ctx) -> tuple:
-    """C04's GPU budgets in GiB: 12 and 16 for every run on a CPU, whatever its scale (estimates of the
+    """The largest-batch-by-budget check's GPU budgets in GiB: 12 and 16 for every run on a CPU, whatever its scale (estimates of the
     full-size models on a virtual GPU: a verdict from them must not change with ``--scale``; each search
     costs about four traces, :func:`nogradlab.batch._affine_find`, and the traces at batches 1 and 2 serve
     both budgets) and in the GPU reference run (``real_search="all"``); 12 alone in a learner's GPU run
