@@ -723,6 +723,15 @@ def judge_c20(m, rule, ref=None):
                     + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
     elif m.get("train_step_note"):
         summary += f" Separate row, not counted: a training step vs a no_grad forward, {m['train_step_note']}."
+    else:  # an older protocol timed the training step against the no_grad forward as its speed cells
+        old_train = [r for r in (speed_rows or []) if "speed_case" not in r and r.get("speed_gain") is not None
+                     and len(r.get("speed_gain_ci") or ()) == 2]
+        if old_train:
+            summary += (" Separate row, not counted: a training step vs a no_grad forward (the older protocol's "
+                        "speed timing) takes "
+                        + ", ".join(f"{r['workload']} {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])}"
+                                    for r in old_train)
+                        + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
     if m.get("provisional") and m.on_gpu:
         summary += " " + m["provisional"]
     return Judgement(verdict, summary, f"{n_ok} of {len(cells)} cells of the article's table are reproduced.", cells)
