@@ -63,7 +63,7 @@ claims: install
 	$(PY) -m nogradlab claims --device $(DEVICE) --scale $(SCALE)
 
 test: install browser
-	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=$(TEST_MAX_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=$(TEST_MAX_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The tests that need no notebook kernel, no browser and no GPU (markers: tests/conftest.py).
 unit: install

@@ -20,10 +20,10 @@ Markers (registered in pyproject.toml), given here by folder rather than in ever
 * ``unit``: everything else: the package's own tests, no kernel, no browser, no GPU, each well under a
   second. ``pytest -m unit`` (``make unit``) is the quick pass: under a minute on a 2-core CPU.
 
-``make test`` runs the tests on two processes (pytest-xdist, ``--dist loadgroup``): most tests wait on a
+``make test`` runs the tests on two processes (pytest-xdist, ``--dist loadfile``): most tests wait on a
 notebook kernel, a browser or one single-threaded check, so the second core would idle. A file's tests stay
-together on one process (its module fixtures run once), except the papermill runs, one per notebook
-(PAPERMILL), and the files that share one process's cache of claim results (SHARED_GROUPS).
+together on one process, in order: its module fixtures run once, and nbval runs a notebook's cells in one
+kernel (nbval's own advice for xdist). The papermill figures are gathered from the processes.
 """
 from __future__ import annotations
 
@@ -91,30 +91,9 @@ def _kind(item) -> str:
     return "unit"
 
 
-#: files whose tests read one process-wide cache of claim results (test_nb05 imports test_claims_numbers'):
-#: they run on one process
-SHARED_GROUPS = {"claims/test_claims_numbers.py": "claim-checks", "claims/test_nb05.py": "claim-checks"}
-#: the papermill pass: one notebook per test, spread over the processes
-PAPERMILL = ("notebooks/test_notebooks.py", "test_papermill_executes")
-
-
-def _group(item) -> str:
-    path = Path(str(item.fspath)).resolve()
-    try:
-        rel = path.relative_to(TESTS).as_posix()
-    except ValueError:  # notebooks/*.ipynb (nbval): one group per notebook
-        return path.name
-    if (rel, getattr(item, "originalname", item.name)) == PAPERMILL:
-        return item.nodeid
-    return SHARED_GROUPS.get(rel, rel)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, _kind(item)))
-        if not any(item.iter_markers("xdist_group")):
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
 
 
 def _papermill_runs() -> dict:

@@ -333,7 +333,7 @@ def test_sigkill_mid_write_leaves_the_earlier_file_intact(tmp_path, kind):
     # rename (os.fsync is where it waits)
     code = f"""
 import os, sys, time
-sys.path.insert(0, {str(ROOT / 'tests')!r})
+sys.path.insert(0, {str(ROOT / 'tests' / 'run')!r})
 from pathlib import Path
 from nogradlab import outdir, report
 from test_report import fake_doc
