@@ -12,6 +12,7 @@ from torch import nn
 
 from nogradlab.core import memory, modes, ownmodel
 from nogradlab.estimate import fake
+from test_estimate_robust import PatchViT  # the patch transformer, defined once
 
 mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
 
@@ -30,20 +31,6 @@ class TruncInit(nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.relu(self.fc1(x)))
-
-
-class PatchViT(nn.Module):
-    def __init__(self, img=16, patch=4, d=16, heads=2, layers=2, classes=10):
-        super().__init__()
-        self.embed = nn.Conv2d(3, d, patch, stride=patch)
-        self.pos = nn.Parameter(torch.zeros(1, (img // patch) ** 2, d))
-        layer = nn.TransformerEncoderLayer(d, heads, 2 * d, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Linear(d, classes)
-
-    def forward(self, x):
-        x = self.embed(x).flatten(2).transpose(1, 2) + self.pos
-        return self.head(self.encoder(x).mean(1))
 
 
 OWN = {"trunc_init": ownmodel.Model(TruncInit, (256,), name="trunc_init"),
