@@ -115,6 +115,7 @@ BENCH_ARGS ?= --make-run --memory-limit 1e9
 bench: install
 	$(PY) benchmarks/session.py $(BENCH_ARGS)
 	$(PY) benchmarks/probes.py
+	$(PY) benchmarks/budget_slider.py
 
 # The run's folder only when nogradlab made it (setuptools' build/ and anything else are left alone).
 clean:

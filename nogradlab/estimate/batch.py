@@ -45,13 +45,14 @@ reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_b
 (CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
 second batch, x16 at a time, when those two reserve the same bytes), refined through the last two
 measured batches (memory is close to affine in the batch); the search then steps outward from it.
-The answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine
+Where fitting is monotone in the batch the answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine
 in the batch), and for the full-scale workloads under 12 and 16 GiB of virtual CUDA 5 to 24
 (measured: 266 trials for the 24 searches, against 400 with the secant alone; ResNet-50's no_grad
 forward 6, against 21).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
@@ -406,13 +407,14 @@ def _affine_trace(ev_a: list, a: int, ev_b: list, b: int):
     return trace
 
 
-def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=None) -> tuple:
+def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=None, traced=()) -> tuple:
     """The largest batch that fits, from few traces: ``(batch, note)``.
 
     ``probe(b)``: a real trial (a fake-tensor trace replayed through the allocator's model under the
     cap: ``(fits, reserved, allocated)``, recorded); ``events_of(b)``: that trial's allocation trace;
     ``replay(events)``: ``(fits, reserved, allocated)`` of any trace. The traces at batches 1 and 2 (or
-    ``hint``, a batch believed near the answer) are fitted, allocation by allocation, by a line in the
+    ``hint``, a batch believed near the answer; with a hint, two of ``traced``, batches whose traces
+    earlier searches took, where they lie on one line: :func:`_fit_pairs`) are fitted, allocation by allocation, by a line in the
     batch (:func:`_affine_trace`); the search then runs on traces taken from that line, replays only,
     exact for them (:func:`_find`). The answer ``N`` is then verified by two real trials, at ``N``
     (fits) and ``N + 1`` (does not). Where the check fails the line is fitted again through the real
@@ -432,8 +434,18 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
     if max_batch == 1:
         return 1, None
     second = min(max(int(hint or 2), 2), max_batch)
-    real(second)
-    pts = (1, second)
+    pts = None
+    # traces that searches under other budgets took: where two of them lie on one line, the first
+    # line costs no new trace (a few pairs tried: a cuDNN workspace can change the operations)
+    for pair in (_fit_pairs([b for b in traced if b <= max_batch], second)[:16] if hint else ()):
+        if _affine_trace(events_of(pair[0]), pair[0], events_of(pair[1]), pair[1]) is not None:
+            pts = pair
+            for b in pair:
+                real(b)
+            break
+    if pts is None:
+        real(second)
+        pts = (1, second)
     replays = 0
     why = None
     misses = 0
@@ -525,20 +537,54 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
     return not sim.oom, reserved, allocated, notes
 
 
-@functools.lru_cache(maxsize=12)
+#: the allocation traces searches took, newest last: ``(workload, scale, mode, batch, device,
+#: allocator, held, fast) -> (events, reserved, allocated, notes)``. A trace is 0.1-1.3 MB (ResNet-50's
+#: training step: 1,919 events), so :data:`TRACES_MAX` of them cost a learner's kernel at most ~80 MB;
+#: they let a search under a new budget fit its line through traces it already has (:func:`_fit_pair`).
+_TRACES: "collections.OrderedDict" = collections.OrderedDict()
+TRACES_MAX = 64
+
+
 def _trace(workload: str, scale: str, mode: str, batch: int, dev: str, allocator: str, held: int,
            fast=None) -> tuple:
     """(allocation trace, reserved and allocated peaks without a cap, notes) of one step: what a search
-    needs of an estimate, kept for more steps than :func:`_estimate` keeps whole reports, so that the
-    searches of one model under several budgets share their traces (the fit's batches 1 and 2)."""
+    needs of an estimate, kept for more steps than :func:`_estimate` keeps whole reports (the newest
+    :data:`TRACES_MAX`), so that the searches of one model under several budgets share their traces."""
+    k = (workload, scale, mode, int(batch), dev, allocator, held, fast)
+    hit = _TRACES.get(k)
+    if hit is not None:
+        _TRACES.move_to_end(k)
+        return hit
     r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
-    return r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes)
+    out = _TRACES[k] = (r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes))
+    while len(_TRACES) > TRACES_MAX:
+        _TRACES.popitem(last=False)
+    return out
+
+
+def _traced_batches(workload, scale: str, mode: str, dev: str, allocator: str, held: int, fast=None) -> list:
+    """The batches whose traces :func:`_trace` holds for this step, ascending."""
+    return sorted(k[3] for k in _TRACES
+                  if (k[0] is workload or k[0] == workload) and k[1:3] == (scale, mode)
+                  and k[4:] == (dev, allocator, held, fast))
+
+
+def _fit_pairs(traced, hint: int) -> list:
+    """Pairs of traced batches (batch 1 left out: often special) to fit a line through for an answer
+    near ``hint``, best first: the pair whose farther batch is nearer to it (a line is surest near the
+    batches it was fitted through; a library workspace changes piecewise with the batch), a pair
+    around it before a pair beside it, then the longer."""
+    cands = sorted(set(b for b in traced if b > 1))
+    pairs = [(a, b) for i, a in enumerate(cands) for b in cands[i + 1:]]
+    return sorted(pairs, key=lambda p: (max(abs(p[0] - hint), abs(p[1] - hint)), not p[0] <= hint < p[1],
+                                        p[0] - p[1]))
 
 
 def _forget_estimates() -> None:
     """Empty the estimate caches (after a search of your own model, whose object they hold)."""
-    for cached in (_estimated_bytes, _estimate, _modelled_fit, _trace):
+    for cached in (_estimated_bytes, _estimate, _modelled_fit):
         cached.cache_clear()
+    _TRACES.clear()
 
 
 def _process_allocator() -> str:
@@ -780,8 +826,13 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
 
     ``start``: ``"auto"`` (a secant guess from batches 1 and 2, refined) or the batch the search
     starts from (1: plain doubling). ``hint``: with ``"auto"``, a batch believed near the answer
-    (another mode's, say), used instead of batch 2 for the guess. The answer is exact either way;
-    these only change the number of trials. ``progress`` shows a bar of trials.
+    (another mode's, say), used instead of batch 2 for the guess; on a (virtual) CUDA device the
+    line is then fitted through traces that earlier searches of the same step took, where two lie
+    on one line (under another budget, say: no new trace). Where fitting is monotone in the batch
+    the answer is exact either way and these only change the number of trials. Where the allocator's
+    rounding makes it not quite monotone (ResNet-50 at tiny scale under 384 MiB fits up to 208, not
+    209-213, and 214-216 again), every answer is still verified (it fits, one more does not), but a
+    search from another start can stop at another such boundary. ``progress`` shows a bar of trials.
 
     ``max_batch``: the search's limit. By default an estimate (cheap: fake tensors, whatever the
     batch) searches up to :data:`nogradlab.workloads.MAX_BATCH` and a real search up to
@@ -855,7 +906,9 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                         free = _alloc.simulate(events, allocator, None, keep_segments=False)
                         return not capped.oom, free.reserved_peak_bytes, free.allocated_peak_bytes
 
-                    result.batch, how = _affine_find(probe, events_of, replay, budget_bytes, max_batch, hint)
+                    traced = _traced_batches(key, scale, mode, dev, allocator, held_bytes, fast)
+                    result.batch, how = _affine_find(probe, events_of, replay, budget_bytes, max_batch, hint,
+                                                     traced=traced)
                     if how:
                         notes.append(how)
                 else:

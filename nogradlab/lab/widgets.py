@@ -775,8 +775,11 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
 
     Every estimated search is kept (:data:`SEARCHES`, per workload, scale, device, mode, method,
     allocator and budget), so a budget seen before is answered without a search, and a new one
-    starts from the answer at the nearest budget seen for that workload and mode (``hint``: fewer
-    trials, the same exact answer). ``cache`` (a dict) reuses answers too, for any method."""
+    starts from the answer at the nearest budget seen for that workload and mode (``hint``), with
+    its line fitted through the traces those searches took: two new traces a mode where they lie on
+    one line, the same answer where fitting is monotone in the batch (see ``largest_batch`` for
+    where the allocator's rounding makes it not). ``cache`` (a dict) reuses answers too, for any
+    method."""
     import time as _time
 
     from nogradlab.estimate.batch import largest_batch

@@ -127,7 +127,7 @@ def _bracket_search(build, mode, budget, inputs, monkeypatch):
     batch, e.g. a small CNN under 64 MiB fits 4311, not 4312..5119, and 5120 again.)"""
     with monkeypatch.context() as m:
         m.setattr(batch, "_affine_find",
-                  lambda probe, events_of, replay, budget, max_batch, hint=None:
+                  lambda probe, events_of, replay, budget, max_batch, hint=None, **_:
                   (batch._find(probe, budget, max_batch, "auto", hint), None))
         return batch.largest_batch(build, mode, budget, "cuda", inputs=inputs)
 
@@ -148,6 +148,50 @@ def test_the_fitted_search_gives_the_bracket_searchs_answer_in_few_trials(build,
     # the answer is verified by real trials: it fits, one more does not
     assert (fitted.batch, True) in [t[:2] for t in fitted.trials]
     assert (fitted.batch + 1, False) in [t[:2] for t in fitted.trials]
+
+
+def _new_traces(monkeypatch):
+    """The batches traced from now on (each a fake-tensor run of the step)."""
+    seen, real = [], batch._estimate
+    monkeypatch.setattr(batch, "_estimate", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
+    return seen
+
+
+def test_a_search_under_a_new_budget_fits_its_line_through_the_traces_it_has(monkeypatch):
+    """The budget slider's second search: its line runs through traces the first search took, so it
+    traces only the answer and one above it, and answers as a fresh search does."""
+    batch._forget_estimates()
+    first = batch.largest_batch("unet", "eval+no_grad", 256 << 20, "cuda", scale="tiny", method="estimate")
+    assert batch._traced_batches("unet", "tiny", "eval+no_grad", "cuda:0", "native", 0,
+                                 batch._fastpath_enabled())  # what the second search can fit through
+    new = _new_traces(monkeypatch)
+    second = batch.largest_batch("unet", "eval+no_grad", 384 << 20, "cuda", scale="tiny", method="estimate",
+                                 hint=first.batch * 3 // 2)
+    assert sorted(new) == [second.batch, second.batch + 1]
+    note = next(n for n in second.notes if n.startswith(batch.SEARCH_NOTE))
+    assert "verified by trials" in note and "through batches 1 and" not in note
+    monkeypatch.undo()
+    batch._forget_estimates()
+    fresh = batch.largest_batch("unet", "eval+no_grad", 384 << 20, "cuda", scale="tiny", method="estimate")
+    assert second.batch == fresh.batch > first.batch
+
+
+def test_where_fitting_is_not_monotone_every_start_gives_a_verified_boundary():
+    """ResNet-50 (tiny) under 384 MiB fits up to 208, not 209-213, and 214-216 again (the allocator's
+    rounding, torch 2.14.1): a search from a hint may stop at the other boundary, as largest_batch's
+    docstring says; each answer fits and the next batch does not."""
+    batch._forget_estimates()
+    fresh = batch.largest_batch("resnet50", "eval+no_grad", 384 << 20, "cuda", scale="tiny", method="estimate")
+    hinted = batch.largest_batch("resnet50", "eval+no_grad", 384 << 20, "cuda", scale="tiny",
+                                 method="estimate", hint=156)
+    for r in (fresh, hinted):
+        assert (r.batch, True) in [t[:2] for t in r.trials] and (r.batch + 1, False) in [t[:2] for t in r.trials]
+    if fresh.batch != hinted.batch:  # two boundaries: fitting is not monotone between them
+        lo, hi = sorted((fresh.batch, hinted.batch))
+        fits = [batch._modelled_fit("resnet50", "tiny", "eval+no_grad", b, "cuda:0", "native", 0, 384 << 20,
+                                    batch._fastpath_enabled())[0] for b in range(lo, hi + 2)]
+        assert fits[0] and not fits[1] and fits[-2] and not fits[-1]
+    batch._forget_estimates()
 
 
 def test_memory_that_is_no_line_in_the_batch_falls_back_to_the_bracket_and_says_so(monkeypatch):
