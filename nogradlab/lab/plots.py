@@ -269,7 +269,7 @@ def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Fig
     budgets = list(data)
     modes = list(dict.fromkeys(m for b in budgets for m in data[b]))
     width = 0.8 / len(modes)
-    fig = Figure(figsize=(6.4, 4))
+    fig = Figure(figsize=(max(6.4, 1.25 * len(budgets) + 1.5), 4))
     ax = fig.add_subplot()
     for i, mode in enumerate(modes):
         xs = [k + (i - (len(modes) - 1) / 2) * width for k in range(len(budgets))]
@@ -283,7 +283,9 @@ def largest_batch(data: dict, *, device: str, scale: "str | None" = None) -> Fig
         ax.set_ylim(top=max(values) * 8)  # room for the labels
     elif values:
         ax.set_ylim(top=max(values) * 1.2)
-    ax.set_xticks(range(len(budgets)), budgets, fontsize=8)
+    # "workload, budget" labels side by side overlap: one part a line
+    ax.set_xticks(range(len(budgets)), [b.replace(", ", "\n") for b in budgets] if len(budgets) > 3 else budgets,
+                  fontsize=8)
     ax.set_xlabel("memory budget")
     ax.set_ylabel("largest batch that fits")
     ax.set_title(_title("Largest batch per memory budget", device, scale), fontsize=10)

@@ -117,6 +117,15 @@ def test_c20_says_an_older_column_stored_its_forward_gain_without_an_interval(re
     assert next(r for c, r in speed.items() if c.startswith("resnet50"))["value"] == pytest.approx(0.3129, abs=1e-4)
 
 
+def test_c20s_evidence_line_says_an_older_columns_speed_gains_are_not_counted(refs):
+    """Off a GPU, the reference column of protocol 1 decides no speed cell: the evidence line must not say it
+    was judged (notebook 05's note sends the learner to that line)."""
+    e = _entry(refs["cpu-amd-epyc-2-threads"], "C20")
+    speed = e["scope"]["text"].split("speed: ", 1)[1]
+    assert "its gains stored without an interval: shown, not counted" in speed, e["scope"]["text"]
+    assert "judged by today's rule" not in speed.split(";")[0]
+
+
 def test_c20_names_the_age_of_its_own_memory_cells_and_of_the_references_speed_cells(refs, monkeypatch):
     e = _entry(refs["cpu-amd-epyc-2-threads"], "C20")  # this CPU's estimates decide: its own protocol 2
     assert e["scope"]["age"]["protocol"] == 2 and e["scope"]["stale"] is True
