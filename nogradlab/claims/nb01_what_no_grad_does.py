@@ -33,7 +33,7 @@ class _SavedHookCalls:
 
     def _pack(self, t):
         self.calls += 1
-        return t
+        return t.detach()  # not t: a saved output would point back to its own node (a reference cycle)
 
     def __enter__(self):
         self._cm = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)

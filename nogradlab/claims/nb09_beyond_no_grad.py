@@ -116,6 +116,15 @@ def judge_x01(m, rule):
     return Judgement("holds" if ok else "does not hold", summary)
 
 
+def _cpu_native_bf16() -> "bool | None":
+    """Whether this CPU runs bf16 convolutions and matrix products with oneDNN's bf16 kernels (AVX512-BF16 or
+    AMX: ``torch.ops.mkldnn._is_mkldnn_bf16_supported``); None where this torch cannot say."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _cast(ctx) -> str:
     return "fp16" if ctx.device.type == "cuda" else "bf16"
 
@@ -228,6 +237,7 @@ def x05(ctx):
 
     return {"rows": rows, "autocast": _cast(ctx), "compile_skipped": compile_reason, "margin": margin,
             "state": state, "device_type": ctx.device.type,
+            "cpu_native_bf16": _cpu_native_bf16() if ctx.device.type == "cpu" else None,
             "metric": "speedup = t(grad forward) / t(case), eval mode, 95 % paired signed-rank CI; levers "
                       "are applied on top of no_grad, the way inference code stacks them",
             "timing": "shared per condition (forward_condition): the same numbers as C03/C17/C20",
@@ -333,9 +343,14 @@ def judge_x05(m, rule):
                "4x it the compute-bound one.")
     cpu_note = ""
     if not m.on_gpu:
-        cpu_note = (" On CPU, bf16 autocast casts the fp32 weights to bf16 again on every call (autocast's "
-                    "cast cache lives only inside one autocast block), so at small batches the casts can "
-                    "cost more than bf16 saves; converting the model once (model.to(torch.bfloat16)) avoids them.")
+        native = m.get("cpu_native_bf16")
+        cpu_note = (" On a CPU without native bf16 (AVX512-BF16 or AMX), bf16 convolutions and matrix products "
+                    "cannot use oneDNN's bf16 kernels and run slower ones, so bf16 is slower by autocast and by a "
+                    "model converted once alike" + ("; this CPU has no native bf16" if native is False else
+                                                    "; this CPU has native bf16" if native else "")
+                    + ". On a CPU with it, autocast casts the fp32 weights to bf16 again in every autocast block "
+                    "(its cast cache lives only inside one block), which converting the model once "
+                    "(model.to(torch.bfloat16)) avoids.")
         few = sorted({len(c["levers"]) for c in conds})
         if few and max(few) <= 1:
             cpu_note += " This run timed one lever per condition at most (channels_last and compile are left out of tiny CPU runs)."

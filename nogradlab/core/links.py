@@ -1,10 +1,11 @@
 """Where the collection lives on the web, derived from one address: the repository's (the same as
 ``[project.urls].Repository`` in pyproject.toml; a test holds them equal).
 
-A notebook opened alone (on Colab, from a badge) cannot follow a relative link to its siblings: Colab resolves
-``02_inside_the_engine.ipynb`` against nothing useful. So the notebooks' footers and the index's table carry,
-beside each relative link (which works in JupyterLab, on Binder, in the book and on GitHub), the sibling's
-Colab address built here.
+A relative link to a sibling (``02_inside_the_engine.ipynb``) works in JupyterLab, on Binder, in the book and on
+GitHub, and on Colab for a notebook opened from the repository (Colab opens the sibling from the same repository in
+a new tab: googlecolab/colabtools#3877, a regression of that behaviour fixed in 2023-08). A notebook uploaded to
+Colab or opened from Drive has no repository to resolve against, so the notebooks' footers and the index's table
+also carry, beside the relative link, the sibling's Colab address built here.
 """
 from __future__ import annotations
 

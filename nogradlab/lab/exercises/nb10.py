@@ -25,7 +25,7 @@ def _every_save(model, x):
     def pack(t):
         nonlocal total
         total += t.untyped_storage().nbytes()
-        return t
+        return t.detach()  # not t: the saved_tensors_hooks docs warn of a reference cycle
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
@@ -37,7 +37,7 @@ def _with_weights(model, x):
 
     def pack(t):
         seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
+        return t.detach()  # not t: the saved_tensors_hooks docs warn of a reference cycle
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
@@ -52,7 +52,7 @@ def _under_no_grad(model, x):
         st = t.untyped_storage()
         if st.data_ptr() not in weights:
             seen[st.data_ptr()] = st.nbytes()
-        return t
+        return t.detach()  # not t: the saved_tensors_hooks docs warn of a reference cycle
 
     with torch.no_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
@@ -69,7 +69,7 @@ def saved_bytes(model, x):
         st = t.untyped_storage()
         if st.data_ptr() not in weights:
             seen[st.data_ptr()] = st.nbytes()
-        return t
+        return t.detach()  # not t: the saved_tensors_hooks docs warn of a reference cycle
 
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
