@@ -117,8 +117,9 @@ def judge_x01(m, rule):
 
 
 def _cpu_native_bf16() -> "bool | None":
-    """Whether this CPU runs bf16 convolutions and matrix products with oneDNN's bf16 kernels (AVX512-BF16 or
-    AMX: ``torch.ops.mkldnn._is_mkldnn_bf16_supported``); None where this torch cannot say."""
+    """Whether oneDNN has bf16 kernels for this CPU (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, the check
+    PyTorch's own oneDNN paths use: ideep's ISA test, which some CPUs without native bf16 instructions pass,
+    where oneDNN emulates bf16); None where this torch cannot say."""
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -344,11 +345,12 @@ def judge_x05(m, rule):
     cpu_note = ""
     if not m.on_gpu:
         native = m.get("cpu_native_bf16")
-        cpu_note = (" On a CPU without native bf16 (AVX512-BF16 or AMX), bf16 convolutions and matrix products "
-                    "cannot use oneDNN's bf16 kernels and run slower ones, so bf16 is slower by autocast and by a "
-                    "model converted once alike" + ("; this CPU has no native bf16" if native is False else
-                                                    "; this CPU has native bf16" if native else "")
-                    + ". On a CPU with it, autocast casts the fp32 weights to bf16 again in every autocast block "
+        cpu_note = (" On a CPU for which oneDNN has no bf16 kernels (torch.ops.mkldnn._is_mkldnn_bf16_supported() "
+                    "False), bf16 convolutions and matrix products run PyTorch's slower fallback kernels, so bf16 is "
+                    "slower by autocast and by a model converted once alike"
+                    + ("; oneDNN has none for this CPU" if native is False else
+                       "; oneDNN has them for this CPU" if native else "")
+                    + ". Where it has them, autocast casts the fp32 weights to bf16 again in every autocast block "
                     "(its cast cache lives only inside one block), which converting the model once "
                     "(model.to(torch.bfloat16)) avoids.")
         few = sorted({len(c["levers"]) for c in conds})
