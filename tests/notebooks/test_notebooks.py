@@ -41,7 +41,9 @@ STEMS = [p.stem for p in NOTEBOOKS]
 # The anonymous part (RssAnon, polled every 50 ms) does not move with the page cache: 0.35-0.63 GB in a
 # benchmark run and in a fresh clone's CI run alike (2026-12-01, torch 2.14.1+cu130; 05 the highest), whose
 # RSS read 1.02-1.05 GB and 1.29-1.39 GB. It is what a container's memory cap cannot take back, so its guard
-# keeps a kernel fitting mybinder.org's 1 GB with a client beside it (papermill's: 0.08 GB of RSS).
+# keeps a kernel fitting mybinder.org's 1 GB with a client beside it (papermill's: 0.08 GB of RSS). Since
+# notebook 10 (2026-12-02: 0.44-0.70 GB, 10 the highest at 0.70 GB; up to 0.75 GB in busy CI runs) the guard
+# keeps less than the 25 % margin the project asks for: notebook 10 is to be made lighter, not the guard raised.
 RSS_LIMIT = 1.8e9
 ABOVE_FLOOR_LIMIT = 0.55e9
 ANON_LIMIT = 0.8e9
