@@ -765,9 +765,14 @@ def predicted_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *
     return out
 
 
+#: the order the modes are searched in: the inference modes first (two traces each for a new budget, against
+#: four to six for a training step), so that a slider shows their exact answers first
+SEARCH_ORDER = ("eval+no_grad", "inference_mode", "grad", "train")
+
+
 def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
                     method: str = "estimate", on_step=None, cache=None,
-                    allocator: "str | None" = None) -> BudgetResult:
+                    allocator: "str | None" = None, on_result=None) -> BudgetResult:
     """Largest batch per mode within ``budget_gib`` GiB, from ``nogradlab.batch.largest_batch``
     (``method="estimate"``: fake tensors, and ``device="cuda"`` needs no GPU; on CUDA the answer
     comes from the caching allocator's model under the cap, ``allocator`` ``"native"`` by default
@@ -779,7 +784,8 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     its line fitted through the traces those searches took: two new traces a mode where they lie on
     one line, the same answer where fitting is monotone in the batch (see ``largest_batch`` for
     where the allocator's rounding makes it not). ``cache`` (a dict) reuses answers too, for any
-    method."""
+    method. The modes are searched in :data:`SEARCH_ORDER` (the result keeps ``modes``' order);
+    ``on_result(mode, result)`` is called as each mode's answer is known."""
     import time as _time
 
     from nogradlab.estimate.batch import largest_batch
@@ -789,7 +795,8 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
     start = _time.perf_counter()
     results = {}
     shared = SEARCHES if method == "estimate" else None  # a real search measures today's GPU: never reused
-    for i, m in enumerate(modes):
+    order = sorted(modes, key=lambda m: SEARCH_ORDER.index(m) if m in SEARCH_ORDER else len(SEARCH_ORDER))
+    for i, m in enumerate(order):
         if on_step is not None:
             on_step(i, len(modes), f"largest batch: {m}")
         key = (workload, scale, str(device), budget, m, method, allocator)
@@ -808,6 +815,9 @@ def largest_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *,
             shared.move_to_end(key)
             while len(shared) > SEARCHES_MAX:
                 shared.popitem(last=False)
+        if on_result is not None:
+            on_result(m, results[m])
+    results = {m: results[m] for m in modes}
     if on_step is not None:
         on_step(len(modes), len(modes), "done")
     used = next((r.allocator for r in results.values() if r.allocator), None)
@@ -914,12 +924,17 @@ class BudgetExplorer(_LiveView):
                     raise _Stale
                 self._step(done, total, text)
 
+            def exact(mode, result):
+                if self._stale(gen):
+                    raise _Stale
+                self.exact[mode] = result.answer if hasattr(result, "answer") else result.batch
+
             try:
                 dev = _check_budget_device(self.device.value)
                 self._predict(dev)
                 res = largest_batches(self.workload.value, self.scale.value, dev, self.budget.value,
                                       self.modes_, method=self.method, on_step=step,
-                                      cache=self._cache, allocator=self.allocator)
+                                      cache=self._cache, allocator=self.allocator, on_result=exact)
             except _Stale:
                 self.dropped += 1
                 return
@@ -936,6 +951,7 @@ class BudgetExplorer(_LiveView):
         """While a new budget's exact search runs: the answer predicted from the searches so far
         (:func:`predicted_batches`), in the status line, labelled as a prediction."""
         self.predicted = {}
+        self.exact = {}
         if self.method != "estimate":
             return
         key = (self.workload.value, self.scale.value, str(dev), int(self.budget.value * 2**30))
@@ -947,8 +963,13 @@ class BudgetExplorer(_LiveView):
     def _prediction_html(self) -> str:
         if not self.predicted:
             return ""
-        guess = ", ".join(f"{m} \u2248 {b}" for m, b in self.predicted.items())
-        return (f" <span class='nogradlab-prediction'>(predicted from the searches so far, an affine fit: "
+        exact = getattr(self, "exact", {})
+        done = ", ".join(f"{m} = {b}" for m, b in exact.items())
+        guess = ", ".join(f"{m} \u2248 {b}" for m, b in self.predicted.items() if m not in exact)
+        if not guess:
+            return ""
+        return ((f" <span class='nogradlab-exact'>(exact: {html.escape(done)})</span>" if done else "")
+                + f" <span class='nogradlab-prediction'>(predicted from the searches so far, an affine fit: "
                 f"{html.escape(guess)}; the exact search is running)</span>")
 
     def _step(self, done, total, text):

@@ -211,7 +211,8 @@ def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monk
     assert bx.wait(120) and bx.runs == 2
     assert len(calls) == 2 * n_modes
     # each mode that fitted a batch before starts its new search there (0 fitted: no hint to give)
-    assert [bool(k.get("hint")) for k in calls[n_modes:]] == [first.batches[m] > 0 for m in bx.modes_]
+    searched = sorted(bx.modes_, key=widgets.SEARCH_ORDER.index)  # the inference modes first
+    assert [bool(k.get("hint")) for k in calls[n_modes:]] == [first.batches[m] > 0 for m in searched]
     assert len(draws) == 2
     bx.budget.value = 0.001  # seen before
     assert bx.wait(120) and bx.runs == 3 and bx.result.budget_bytes == int(0.001 * 2**30)
@@ -222,6 +223,28 @@ def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monk
     # the same answers as a fresh search
     assert res.batches == {m: real("mlp", m, int(0.002 * 2**30), "cpu", scale="tiny", method="estimate").batch
                            for m in again.modes_}
+
+
+def test_the_inference_modes_are_searched_first_and_shown_exact_while_the_rest_is_predicted():
+    """A new budget on the slider: each mode's exact answer is shown as soon as it is known, the inference
+    modes first (they take the fewest traces); the others stay labelled as predictions until theirs arrive."""
+    widgets.SEARCHES.clear()
+    modes = ("train", "grad", "eval+no_grad")
+    seen = []
+    res = widgets.largest_batches("mlp", "tiny", "cpu", 0.001, modes, on_result=lambda m, r: seen.append(m))
+    assert seen == ["eval+no_grad", "grad", "train"] and list(res.batches) == list(modes)
+    modes = ("grad", "eval+no_grad")  # both predicted after two budgets (CPU bytes, affine in the batch)
+    widgets.largest_batches("mlp", "tiny", "cpu", 0.002, modes)
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.003, modes=modes, interactive=True)
+    shown = []
+    real_step = bx._step
+    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
+    bx.request()
+    assert bx.wait(120) and bx.runs == 1
+    # while grad was searched (last): eval+no_grad exact, grad still a labelled prediction
+    last = next(v for v in reversed(shown) if "predicted" in v)
+    assert "exact: eval+no_grad = " in last and "grad \u2248" in last.split("predicted")[1]
+    assert "predicted" not in bx.status.value and "exact:" not in bx.status.value
 
 
 def test_a_new_budget_shows_a_labelled_prediction_from_earlier_searches_then_the_exact_answer():
