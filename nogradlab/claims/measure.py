@@ -90,7 +90,7 @@ def _knobs(ctx, **quick_overrides) -> dict:
     short single-threaded samples (on a shared two-core machine two OpenMP threads mostly measure
     the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU the same with 3
     warm-up calls (a condition times up to 8 cases, and a full-size forward often takes longer than
-    a sample: :mod:`nogradlab.plan` keeps a learner's notebook within a minute on an H200), other CPU
+    a sample: ``tools/plan.py`` keeps a learner's notebook within a minute on an H200), other CPU
     runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
     tiny defaults; ctx.params wins."""
     if _quick(ctx):
@@ -291,7 +291,7 @@ def _speed_batches(ctx, wl) -> tuple:
         default = (1, d // 2) if d // 2 > 1 else (1, max(d, 2))
     elif ctx.on_gpu and not ctx.reference:
         # a learner's GPU run: the default batch alone (4x the transformer's batch costs a quarter of a
-        # notebook's minute on an H200: nogradlab.plan); the reference run times both
+        # notebook's minute on an H200: tools/plan.py); the reference run times both
         default = (d,)
     else:
         default = (d, 4 * d)
@@ -303,7 +303,7 @@ def _lever_batches(ctx, wl) -> tuple:
     overhead-bound and the compute-bound regime are shown (at small/full scale on a CPU, and in the
     GPU reference run); only the main speed batch (:func:`_speed_batch`: the default batch) on a tiny
     CPU run, and in a learner's GPU run, whose speed batches are that one anyway (on an H200 the levers
-    at 4x the transformer's batch alone cost half a notebook's minute: :mod:`nogradlab.plan`)."""
+    at 4x the transformer's batch alone cost half a notebook's minute: ``tools/plan.py``)."""
     bs = _speed_batches(ctx, wl)
     if _quick(ctx) or (ctx.on_gpu and not ctx.reference):
         main = _speed_batch(ctx, wl)
@@ -326,7 +326,7 @@ def _lever_settings(ctx, workload, batch: "int | None" = None) -> list:
     inference_mode, autocast on top of no_grad (bf16 on CPU; fp16 and bf16 on CUDA) and
     channels_last for the CNNs (stacked with the autocast dtypes on CUDA). A learner's GPU run times
     fp16 alone, and channels_last only stacked with it (5 cases for a CNN where the reference run has
-    8: each case costs every round; :mod:`nogradlab.plan`). The set depends only on
+    8: each case costs every round; ``tools/plan.py``). The set depends only on
     the condition, never on which check asks. torch.compile is the levers claim's own quantity
     (:func:`_compiled_timing`): compiling costs tens of seconds a model, which no other check
     should pay."""

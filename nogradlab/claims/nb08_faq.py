@@ -146,7 +146,8 @@ def judge_c29(m, rule):
                f"state {memory.format_bytes(g['optimizer_state_bytes'])} in both modes, "
                + ("unchanged by the forward" if all(r["optimizer_state_unchanged"] and r["parameters_unchanged"]
                                                     for r in rows.values()) else "CHANGED by a forward")
-               + f"; activations saved for backward {memory.format_bytes(g['saved_for_backward_bytes'])} with grad vs "
+               + f"; saved for backward {memory.format_bytes(g['saved_for_backward_bytes'])} with grad (activations, "
+               "and the input batch where the first layer saves it) vs "
                f"{memory.format_bytes(ng['saved_for_backward_bytes'])} under no_grad (fake-tensor estimate: "
                f"{memory.format_bytes(est['grad'])} vs {memory.format_bytes(est['no_grad'])}); parameters holding "
                f".grad after a forward: {g['params_with_grad_after_forward']} (grad), "
