@@ -1,5 +1,5 @@
 """Refresh the measured parts of tools/plan_h200.json, the reference a GPU plan is computed
-from (nogradlab.plan): run by hand after changing a search, a check's GPU defaults or a notebook.
+from (tools/plan.py): run by hand after changing a search, a check's GPU defaults or a notebook.
 
 1. ``search_trials``: the trials of every estimate search C04, C09 and C20 make on a GPU, run here on
    the virtual CUDA device exactly as the checks call them (the counts are exact: the same trials run
