@@ -225,6 +225,17 @@ def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monk
                            for m in again.modes_}
 
 
+def _one_new_budget(gib, modes):
+    """An interactive explorer of the tiny MLP moved to ``gib``: (the explorer, every status line it showed)."""
+    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=gib, modes=modes, interactive=True)
+    shown = []
+    real_step = bx._step
+    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
+    bx.request()
+    assert bx.wait(120) and bx.runs == 1
+    return bx, shown
+
+
 def test_the_inference_modes_are_searched_first_and_shown_exact_while_the_rest_is_predicted():
     """A new budget on the slider: each mode's exact answer is shown as soon as it is known, the inference
     modes first (they take the fewest traces); the others stay labelled as predictions until theirs arrive."""
@@ -235,12 +246,7 @@ def test_the_inference_modes_are_searched_first_and_shown_exact_while_the_rest_i
     assert seen == ["eval+no_grad", "grad", "train"] and list(res.batches) == list(modes)
     modes = ("grad", "eval+no_grad")  # both predicted after two budgets (CPU bytes, affine in the batch)
     widgets.largest_batches("mlp", "tiny", "cpu", 0.002, modes)
-    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.003, modes=modes, interactive=True)
-    shown = []
-    real_step = bx._step
-    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
-    bx.request()
-    assert bx.wait(120) and bx.runs == 1
+    bx, shown = _one_new_budget(0.003, modes)
     # while grad was searched (last): eval+no_grad exact, grad still a labelled prediction
     last = next(v for v in reversed(shown) if "predicted" in v)
     assert "exact: eval+no_grad = " in last and "grad \u2248" in last.split("predicted")[1]
@@ -258,11 +264,6 @@ def test_a_new_budget_shows_a_labelled_prediction_from_earlier_searches_then_the
     assert set(guess) == set(modes)
     for m in modes:  # CPU bytes are affine in the batch: the fit lands next to the answer
         assert abs(guess[m] - exact[m]) <= max(2, exact[m] // 20), (m, guess, exact)
-    bx = widgets.budget_explorer("mlp", "tiny", device="cpu", budget_gib=0.004, modes=modes, interactive=True)
-    shown = []
-    real_step = bx._step
-    bx._step = lambda *a: (real_step(*a), shown.append(bx.status.value))
-    bx.request()
-    assert bx.wait(120) and bx.runs == 1
+    bx, shown = _one_new_budget(0.004, modes)
     assert set(bx.predicted) == set(modes) and any("predicted from the searches so far" in v for v in shown)
     assert "predicted" not in bx.status.value  # the exact answer replaces it
