@@ -45,10 +45,10 @@ reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_b
 (CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
 second batch, x16 at a time, when those two reserve the same bytes), refined through the last two
 measured batches (memory is close to affine in the batch); the search then steps outward from it.
-Where fitting is monotone in the batch the answer is the same as from ``start=1``; the trials fewer: 4 to 7 for a CPU estimate (bytes affine
-in the batch), and for the full-scale workloads under 12 and 16 GiB of virtual CUDA 5 to 24
-(measured: 266 trials for the 24 searches, against 400 with the secant alone; ResNet-50's no_grad
-forward 6, against 21).
+Where fitting is monotone in the batch the answer is the same as from ``start=1``; the trials fewer: 4 to 7
+for a CPU estimate (bytes affine in the batch), and for the full-scale workloads under 12 and 16 GiB of
+virtual CUDA 5 to 24 (measured: 266 trials for the 24 searches, against 400 with the secant alone;
+ResNet-50's no_grad forward 6, against 21).
 """
 from __future__ import annotations
 
@@ -414,8 +414,8 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
     cap: ``(fits, reserved, allocated)``, recorded); ``events_of(b)``: that trial's allocation trace;
     ``replay(events)``: ``(fits, reserved, allocated)`` of any trace. The traces at batches 1 and 2 (or
     ``hint``, a batch believed near the answer; with a hint, two of ``traced``, batches whose traces
-    earlier searches took, where they lie on one line: :func:`_fit_pairs`) are fitted, allocation by allocation, by a line in the
-    batch (:func:`_affine_trace`); the search then runs on traces taken from that line, replays only,
+    earlier searches took, where they lie on one line: :func:`_fit_pairs`) are fitted, allocation by
+    allocation, by a line in the batch (:func:`_affine_trace`); the search then runs on traces taken from that line, replays only,
     exact for them (:func:`_find`). The answer ``N`` is then verified by two real trials, at ``N``
     (fits) and ``N + 1`` (does not). Where the check fails the line is fitted again through the real
     traces nearest the answer (a library workspace grows piecewise with the batch); where the traces
@@ -540,7 +540,7 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
 #: the allocation traces searches took, newest last: ``(workload, scale, mode, batch, device,
 #: allocator, held, fast) -> (events, reserved, allocated, notes)``. A trace is 0.1-1.3 MB (ResNet-50's
 #: training step: 1,919 events), so :data:`TRACES_MAX` of them cost a learner's kernel at most ~80 MB;
-#: they let a search under a new budget fit its line through traces it already has (:func:`_fit_pair`).
+#: they let a search under a new budget fit its line through traces it already has (:func:`_fit_pairs`).
 _TRACES: "collections.OrderedDict" = collections.OrderedDict()
 TRACES_MAX = 64
 
