@@ -322,6 +322,11 @@ def test_ctrl_c_while_starting_prints_one_line_and_exits_130(tmp_path):
         out, err = proc.communicate(timeout=600)
         seen.append((delay, proc.returncode))
         assert "Traceback" not in err, (delay, err)
+        if proc.returncode == -signal.SIGINT and err.strip().splitlines()[-1:] == ["interrupted"]:
+            # interrupted, said in one line, and the interpreter then ended by SIGINT's default action (seen in a
+            # busy CI run, the signal landing in an import): a shell reports 130 for both endings
+            interrupted += 1
+            continue
         if proc.returncode == -signal.SIGINT:  # it arrived while the finished interpreter shut down (SIGINT's
             assert "1 claims on" in out and not err, (delay, out, err)  # default action then): no traceback
             continue
