@@ -73,25 +73,63 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Loading:
+    """Ctrl-C while the modules load: noted, and acted on once they have loaded (:meth:`loaded`). A
+    KeyboardInterrupt raised inside an import can leave a module half-imported where a library catches it
+    (seen: numpy without ``minimum``, then a traceback from matplotlib), so none is raised there."""
+
+    def __init__(self):
+        import signal
+        import threading
+
+        self.hits = 0
+        self._signal = signal
+        self.active = (threading.current_thread() is threading.main_thread()
+                       and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if self.active:
+            signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, signum, frame):
+        self.hits += 1
+
+    def restore(self):
+        """Ctrl-C raises KeyboardInterrupt again."""
+        if self.active:
+            self._signal.signal(self._signal.SIGINT, self._signal.default_int_handler)
+            self.active = False
+
+    def loaded(self):
+        """The modules are loaded: Ctrl-C raises KeyboardInterrupt again, at once if it was pressed meanwhile."""
+        self.restore()
+        if self.hits:
+            raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     """The command line; returns the exit status. Ctrl-C at any moment, while the modules load included,
     prints one line ("interrupted") and returns 130, never a traceback."""
+    loading = _Loading()
     try:
-        return _main(argv)
+        return _main(argv, loading)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        loading.restore()  # a path that ended before the modules loaded (bad arguments): the handler back
 
 
-def _main(argv=None) -> int:
+def _main(argv=None, loading: "_Loading | None" = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser().parse_args(argv)
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
     if args.cmd == "estimate":
-        return _estimate(args, command)
+        return _estimate(args, command, loading)
     from nogradlab.core import device as _device
     from nogradlab.run import outdir, report, runner
     from nogradlab.core import workloads
+
+    if loading is not None:
+        loading.loaded()
 
     # bad input fails here, before any work, naming what is allowed
     try:
@@ -178,9 +216,12 @@ def _main(argv=None) -> int:
         return 1
 
 
-def _estimate(args, command: str) -> int:
+def _estimate(args, command: str, loading: "_Loading | None" = None) -> int:
     from nogradlab.estimate import cli as estimate_cmd
     from nogradlab.run import outdir
+
+    if loading is not None:
+        loading.loaded()
 
     try:  # bad input fails here, before any work, naming what is allowed
         req = estimate_cmd.check(args.model, args.input, args.dtype, args.gpu, args.modes, args.allocator,

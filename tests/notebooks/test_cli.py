@@ -335,3 +335,22 @@ def test_ctrl_c_while_starting_prints_one_line_and_exits_130(tmp_path):
             assert err.strip().splitlines()[-1] == "interrupted", err
             interrupted += 1
     assert interrupted, (seen, signal.getsignal(signal.SIGINT))  # at least one landed before the command finished
+
+
+def test_ctrl_c_while_the_modules_load_is_acted_on_once_they_have_loaded():
+    """No KeyboardInterrupt inside an import (a library that catches it leaves a module half-imported): the
+    press is noted, and raised once the modules are loaded; the default handler is back afterwards."""
+    import signal
+
+    from nogradlab.__main__ import _Loading
+
+    loading = _Loading()
+    assert loading.active and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    signal.raise_signal(signal.SIGINT)  # noted, nothing raised
+    assert loading.hits == 1
+    with pytest.raises(KeyboardInterrupt):
+        loading.loaded()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not loading.active
+    quiet = _Loading()
+    quiet.loaded()  # nothing pressed: nothing raised
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
