@@ -344,13 +344,20 @@ def test_ctrl_c_while_the_modules_load_is_acted_on_once_they_have_loaded():
 
     from nogradlab.__main__ import _Loading
 
-    loading = _Loading()
-    assert loading.active and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    signal.raise_signal(signal.SIGINT)  # noted, nothing raised
-    assert loading.hits == 1
-    with pytest.raises(KeyboardInterrupt):
-        loading.loaded()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not loading.active
-    quiet = _Loading()
-    quiet.loaded()  # nothing pressed: nothing raised
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # as in a terminal (a test worker may run with SIGINT ignored, and a command started so rightly leaves it)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        loading = _Loading()
+        assert loading.active and signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        signal.raise_signal(signal.SIGINT)  # noted, nothing raised
+        assert loading.hits == 1
+        with pytest.raises(KeyboardInterrupt):
+            loading.loaded()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and not loading.active
+        quiet = _Loading()
+        quiet.loaded()  # nothing pressed: nothing raised
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert not _Loading().active  # ignored by whoever started us: left ignored
+    finally:
+        signal.signal(signal.SIGINT, before)
