@@ -38,9 +38,25 @@ Why these choices:
   a page fault, a garbage collection); one bad sample drags the mean and inflates the standard
   deviation, while the median and IQR barely move.
 * **Explicit thread count.** ``torch.utils.benchmark.Timer`` defaults to ``num_threads=1``, which
-  silently measures single-threaded CPU performance. Here it is set to ``torch.get_num_threads()``
-  unless you ask otherwise, and recorded in every result. The Timer sets the thread count only for
-  the duration of a measurement and restores it afterwards; so does this module, even on error.
+  silently measures single-threaded CPU performance. Here the default is :func:`threads_here`: torch's
+  own pool (never more threads than CPUs this process may use), except on a machine with 2 CPUs or
+  fewer, or one whose load is above its CPUs, where it is one thread (a second thread there mostly
+  times the neighbours: a small MLP forward took 1.6 ms on one thread and 81 ms on two, on a shared
+  2-core VM). Each result records the count and why (``threads_reason``). The Timer sets the thread
+  count only for the duration of a measurement and restores it afterwards; so does this module, even
+  on error.
+* **A clock a neighbour cannot stretch.** On a CPU the samples are timed by this thread's CPU time
+  (``time.thread_time``, given to ``Timer(timer=...)``) when torch runs one thread, by the process's
+  CPU time (``time.process_time``) when it runs several or when a warm-up call shows the case working
+  in other threads: a neighbour process that takes the core away stretches wall time, not the time
+  this thread spent computing. Wall time is recorded beside every sample (``Timing.wall_times``), and
+  every result names its clock (:data:`CLOCKS`). ``clock="wall"`` asks for wall time. GPU timing stays
+  on synchronised wall time.
+* **Samples of equal length.** Cases whose calibrated per-call costs lie within
+  :data:`EQUAL_CALLS_WITHIN` of each other get the same calls per sample (an A/A pair always does);
+  others get calls in inverse proportion to their cost. The realised lengths are checked after the
+  rounds: :meth:`Comparison.unequal_samples` names any case whose samples lasted more than
+  :data:`UNEQUAL_SAMPLES` longer or shorter than the baseline's, and the comparison's text says so.
 * **Synchronize before reading the clock.** CUDA and MPS calls return as soon as the work is
   queued. Without a synchronize, the timer measures how fast Python can enqueue kernels. For
   ``device`` of type ``cuda``/``mps`` the timer function calls
@@ -57,6 +73,7 @@ import contextlib
 import functools
 import math
 import numbers
+import os
 import statistics
 import time
 import timeit
@@ -95,6 +112,12 @@ __all__ = [
     "bootstrap_ratio",
     "gpu_state",
     "timing_state",
+    "CLOCKS",
+    "EQUAL_CALLS_WITHIN",
+    "UNEQUAL_SAMPLES",
+    "threads_here",
+    "clock",
+    "describe_clock",
 ]
 
 #: Number of bootstrap resamples of :func:`bootstrap_ratio` (and of the old :func:`bootstrap_speedup`).
@@ -102,6 +125,22 @@ BOOTSTRAP_RESAMPLES = 2000
 
 #: Coverage of every confidence interval, at the time a comparison stops (all looks together).
 CONFIDENCE = 0.95
+
+#: The clocks a timing can read, by the name every result records (``Timing.clock``).
+CLOCKS = {
+    "thread": "this thread's CPU time (time.thread_time): a neighbour process cannot stretch it",
+    "process": "this process's CPU time, all its threads (time.process_time): a neighbour cannot stretch it",
+    "wall": "wall time (timeit.default_timer), the device synchronised before each read on CUDA/MPS",
+}
+
+#: Cases of a comparison whose per-call costs lie within this factor of each other get the same calls
+#: per sample (so identical cases always do, whatever noise the calibration saw).
+EQUAL_CALLS_WITHIN = 1.2
+
+#: A case whose realised samples lasted more than this factor longer or shorter than the baseline's is
+#: named by :meth:`Comparison.unequal_samples` (a longer sample is preempted more often on a busy
+#: machine, so the pair is not read as a speed-up without saying so).
+UNEQUAL_SAMPLES = 1.2
 
 #: How :func:`compare` reads its rounds, recorded in every :meth:`Comparison.to_dict`.
 INTERVAL_METHOD = ("random order per round; Hodges-Lehmann speedup and Wilcoxon signed-rank interval of the "
@@ -141,6 +180,11 @@ class Timing:
     number_per_sample: int
     threads: int
     device: str
+    #: the clock the samples were read from (a key of :data:`CLOCKS`); "wall" for stored columns
+    #: that predate the choice
+    clock: str = "wall"
+    #: per-call wall time of each sample, beside ``times`` (None where only one clock was read)
+    wall_times: "list[float] | None" = None
 
     @property
     def mean(self) -> float:
@@ -159,7 +203,8 @@ class Timing:
     def __str__(self) -> str:
         unit = _unit_for(self.median)
         text = (f"{format_seconds(self.median, unit)} \u00b1 {format_seconds(self.iqr, unit, 2)} IQR "
-                f"(n={self.samples} samples x {self.number_per_sample} calls)")
+                f"(n={self.samples} samples x {self.number_per_sample} calls, {self.threads} "
+                f"thread{'s' if self.threads != 1 else ''}, {_CLOCK_SHORT.get(self.clock, self.clock)})")
         if self.label:
             text = f"{self.label}: {text}"
         return text
@@ -167,6 +212,8 @@ class Timing:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["times"] = list(self.times)
+        if self.wall_times is None:
+            out.pop("wall_times")
         out["mean"] = self.mean
         out["relative_iqr"] = self.relative_iqr
         return out
@@ -176,11 +223,12 @@ class Timing:
         """A ``Timing`` from :meth:`to_dict`'s output, also from a stored column's, whose entries may
         carry keys no longer kept (``noisy``) or derived (``mean``, ``relative_iqr``, ``speedup``)."""
         return cls.from_samples(d["times"], d["number_per_sample"], label=d.get("label", ""),
-                                threads=d["threads"], device=d["device"])
+                                threads=d["threads"], device=d["device"], clock=d.get("clock", "wall"),
+                                wall_times=d.get("wall_times"))
 
     @classmethod
     def from_samples(cls, times, number_per_sample: int, *, label: str = "", threads: int,
-                     device: str) -> "Timing":
+                     device: str, clock: str = "wall", wall_times=None) -> "Timing":
         """A ``Timing`` from per-call sample times (seconds)."""
         times = [float(t) for t in times]
         if not times:
@@ -189,8 +237,20 @@ class Timing:
         # Linear-interpolated quantiles, as torch.utils.benchmark.Measurement computes them.
         q1, median, q3 = (float(q) for q in np.quantile(arr, (0.25, 0.5, 0.75)))
         iqr = q3 - q1
+        walls = None if wall_times is None else [float(t) for t in wall_times]
         return cls(label=label, median=median, iqr=iqr, times=times,
-                   number_per_sample=int(number_per_sample), threads=int(threads), device=str(device))
+                   number_per_sample=int(number_per_sample), threads=int(threads), device=str(device),
+                   clock=str(clock), wall_times=walls)
+
+    @property
+    def wall_median(self) -> "float | None":
+        """Median per-call wall time of the samples (None where it was not recorded)."""
+        return float(np.median(self.wall_times)) if self.wall_times else None
+
+    @property
+    def sample_seconds(self) -> float:
+        """How long a typical sample lasted on its clock: ``median * number_per_sample``."""
+        return self.median * self.number_per_sample
 
 
 @dataclass
@@ -223,6 +283,27 @@ class Comparison:
     look_confidence: float = CONFIDENCE
     #: the round counts at which the intervals were (or would have been) looked at (:func:`looks`)
     looks: tuple = ()
+    #: the clock every case was timed by (a key of :data:`CLOCKS`)
+    clock: str = "wall"
+    #: why this many threads (:func:`threads_here`; empty where the caller chose)
+    threads_reason: str = ""
+    #: what the comparison itself noticed (a clock switched, samples of unequal length), for the reader
+    notes: list = field(default_factory=list)
+
+    def unequal_samples(self, limit: float = UNEQUAL_SAMPLES) -> dict:
+        """``{case: its sample length / the baseline's}`` for every case whose realised samples lasted
+        more than ``limit`` times longer or shorter than the baseline's (:attr:`Timing.sample_seconds`):
+        the cases got calls per sample their costs could not balance (one call lasting a whole sample),
+        or the calibration misjudged them. Such a pair's ratio is read with that said."""
+        base = self.timings[self.baseline].sample_seconds
+        out = {}
+        for name, t in self.timings.items():
+            if name == self.baseline or base <= 0:
+                continue
+            r = t.sample_seconds / base
+            if r > limit or r < 1.0 / limit:
+                out[name] = r
+        return out
 
     @property
     def decided(self) -> bool:
@@ -285,6 +366,10 @@ class Comparison:
             "look_confidence": self.look_confidence,
             "looks": list(self.looks),
             "interval": INTERVAL_METHOD,
+            "clock": self.clock,
+            "threads_reason": self.threads_reason,
+            "notes": list(self.notes),
+            "unequal_samples": self.unequal_samples(),
             "orders": [list(o) for o in self.orders],
             "cases": {
                 name: {
@@ -302,7 +387,8 @@ class Comparison:
         why = {"rounds": "", "decided": " (stopped: intervals decided)",
                "time budget": " (stopped by its time budget: undecided)",
                "max rounds": " (stopped at its most rounds: undecided)"}.get(self.stopped, "")
-        header = (f"{len(self.timings)} cases on {self.device}, {self.threads} threads, "
+        header = (f"{len(self.timings)} cases on {self.device}, {self.threads} "
+                  f"thread{'s' if self.threads != 1 else ''}, {_CLOCK_SHORT.get(self.clock, self.clock)}, "
                   f"{self.rounds} interleaved rounds{why}; baseline {self.baseline!r}; "
                   f"{CONFIDENCE:.0%} signed-rank CI of the paired ratios"
                   + (f" (each of {len(self.looks)} looks at {self.look_confidence:.2%})"
@@ -327,6 +413,14 @@ class Comparison:
             lines.append("  ".join(cells).rstrip())
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths).rstrip())
+        if self.threads_reason:
+            lines.append(self.threads_reason)
+        lines += [str(n) for n in self.notes]
+        unequal = self.unequal_samples()
+        if unequal:
+            lines.append("samples of unequal length: " + ", ".join(
+                f"{n}'s lasted {_format.ratio(r, 2)} the baseline's" for n, r in unequal.items())
+                + ": on a busy machine the longer one is interrupted more often; read these ratios with care")
         return "\n".join(lines)
 
 
@@ -349,10 +443,78 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+#: the clocks' short names in a result's text
+_CLOCK_SHORT = {"thread": "thread CPU time", "process": "process CPU time", "wall": "wall time"}
+
+
+def _load_average() -> "float | None":
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
+def threads_here(*, budget: "int | None" = None, load: "float | None" = None,
+                 torch_threads: "int | None" = None) -> tuple[int, str]:
+    """``(threads, why)``: the torch CPU thread count a timing uses by default, and a sentence saying why.
+
+    Torch's pool, capped at the CPUs this process may use (:func:`nogradlab.core.device.cpu_budget`),
+    except where the CPUs are few or busy: with 2 CPUs or fewer, or a load average above the CPU
+    count, one thread. There a second OpenMP thread mostly waits for a core a neighbour holds (Binder,
+    Colab's two vCPUs, a shared JupyterHub, CI): the same small MLP forward took 1.6 ms on one thread
+    and 81 ms on two beside other work. A learner can still ask for more (``num_threads=``).
+    ``budget``, ``load`` and ``torch_threads`` are for tests (default: this machine now)."""
+    budget = _device.cpu_budget() if budget is None else int(budget)
+    load = _load_average() if load is None else float(load)
+    pool = torch.get_num_threads() if torch_threads is None else int(torch_threads)
+    n = max(1, min(pool, budget))
+    if n > 1 and budget <= 2:
+        return 1, (f"1 thread: this process may use {budget} CPUs, where a second thread mostly times its "
+                   "neighbours (pass num_threads= for more)")
+    if n > 1 and load is not None and load > budget:
+        return 1, (f"1 thread: the machine's load ({load:.1f}) is above its {budget} CPUs, where more threads "
+                   "mostly time the neighbours (pass num_threads= for more)")
+    if n == 1:
+        return 1, "1 thread (torch's pool here)" if pool == 1 else f"1 thread: this process may use {budget} CPU"
+    return n, f"{n} threads: torch's pool, within the {budget} CPUs this process may use"
+
+
 def _check_threads(num_threads) -> int:
-    if num_threads is None:  # torch's pool, but no more threads than CPUs this process may use
-        return min(torch.get_num_threads(), _device.cpu_budget())
+    if num_threads is None:  # torch's pool, but one thread where CPUs are few or busy
+        return threads_here()[0]
     return _check_int("num_threads", num_threads, 1)
+
+
+def _threads_reason(num_threads, threads: int) -> str:
+    return threads_here()[1] if num_threads is None else f"{threads} thread{'s' if threads != 1 else ''}, as asked"
+
+
+_CLOCK_CHOICES = ("auto", "cpu", "wall")
+
+
+def _check_clock(value) -> str:
+    if value not in _CLOCK_CHOICES:
+        raise ValueError(f"clock must be one of {', '.join(map(repr, _CLOCK_CHOICES))}, got {value!r}")
+    return value
+
+
+def _clock_name(dev: torch.device, threads: int, clock: str = "auto") -> str:
+    """The key of :data:`CLOCKS` a timing on ``dev`` with ``threads`` reads: synchronised wall time on
+    CUDA/MPS whatever is asked (the work runs on the device, not in a CPU thread); on a CPU, "wall"
+    when asked, else the thread's CPU time for one thread and the process's for several."""
+    if dev.type in ("cuda", "mps") or clock == "wall":
+        return "wall"
+    return "thread" if threads == 1 else "process"
+
+
+def clock(device=None, threads: "int | None" = None, kind: str = "auto") -> Callable[[], float]:
+    """The clock function to give ``torch.utils.benchmark.Timer(timer=...)``: this thread's CPU time on
+    a CPU timed with one thread (``time.thread_time``), the process's with several
+    (``time.process_time``), wall time after a device synchronize on CUDA/MPS. ``kind="wall"`` asks for
+    wall time on a CPU too. ``threads`` defaults to :func:`threads_here`'s."""
+    dev = _resolve_device(device)
+    threads = _check_threads(threads)
+    return _CLOCKS_FN[_clock_name(dev, threads, _check_clock(kind))](dev)
 
 
 def _resolve_device(device) -> torch.device:
@@ -366,15 +528,26 @@ def _resolve_device(device) -> torch.device:
     return _device.resolve(device)
 
 
-def _clock_for(dev: torch.device) -> Callable[[], float]:
-    """The timer function: plain ``timeit.default_timer`` on the CPU; on CUDA/MPS, synchronize the
-    device first so that queued kernels are counted."""
+def _clock_for(dev: torch.device, name: str = "wall") -> Callable[[], float]:
+    """The timer function of clock ``name`` (:data:`CLOCKS`): on CUDA/MPS always wall time after a
+    device synchronize, so that queued kernels are counted."""
     if dev.type in ("cuda", "mps"):
-        def clock() -> float:
+        def sync_clock() -> float:
             _device.synchronize(dev)
             return timeit.default_timer()
-        return clock
-    return timeit.default_timer
+        return sync_clock
+    return _CLOCKS_FN[name](dev) if name in _CLOCKS_FN else timeit.default_timer
+
+
+def describe_clock(fn: Callable[[], float]) -> str:
+    """What a clock function given to ``Timer(timer=...)`` reads, in words for a printed timing: "thread
+    CPU time", "process CPU time" or "wall time"."""
+    return {time.thread_time: _CLOCK_SHORT["thread"], time.process_time: _CLOCK_SHORT["process"]}.get(
+        fn, _CLOCK_SHORT["wall"])
+
+
+_CLOCKS_FN = {"thread": lambda dev: time.thread_time, "process": lambda dev: time.process_time,
+              "wall": lambda dev: _clock_for(dev, "")}
 
 
 @contextlib.contextmanager
@@ -394,9 +567,59 @@ def _preserved_state(threads: int) -> Iterator[None]:
             torch.set_grad_enabled(grad_before)
 
 
-def _timer(fn: Callable[[], object], dev: torch.device, threads: int, label: str = "") -> Timer:
-    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, timer=_clock_for(dev),
+def _timer(fn: Callable[[], object], dev: torch.device, threads: int, label: str = "",
+           clock_name: str = "wall") -> Timer:
+    return Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads, timer=_clock_for(dev, clock_name),
                  label=label or None)
+
+
+def _works_elsewhere(fn: Callable[[], object], calls: int = 3) -> bool:
+    """Whether ``fn`` does a good part of its work in threads other than the calling one (a thread
+    pool, a DataLoader's threads, torch's own pool): over ``calls`` calls the process's CPU time grew
+    well beyond this thread's. Its work is then timed by the process's CPU time."""
+    t0, p0 = time.thread_time(), time.process_time()
+    for _ in range(calls):
+        fn()
+    dt, dp = time.thread_time() - t0, time.process_time() - p0
+    return dp > 1.5 * dt + 1e-3
+
+
+def _schedstat() -> "tuple[int, int] | None":
+    """(ns this thread ran, ns it waited runnable for a CPU) from Linux's ``/proc/thread-self/schedstat``;
+    None where the kernel does not give it (another OS, schedstats off)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run, wait = f.read().split()[:2]
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return None
+
+
+def _waits(fn: Callable[[], object], calls: int = 2) -> bool:
+    """Whether ``fn`` spends a good part of its time neither computing nor waiting for a CPU: asleep,
+    on I/O, on a lock or on another thread's result. A CPU-time clock would not count that time, so
+    such a case is timed by wall time. On Linux the thread's schedstat tells the time it ran and the
+    time it waited runnable (a busy machine) from the rest; elsewhere a thread CPU time under half the
+    wall time of the calls counts as waiting (on a busy machine too: wall time then, as before)."""
+    s0, c0, w0 = _schedstat(), time.thread_time(), time.perf_counter()
+    for _ in range(calls):
+        fn()
+    wall, s1 = time.perf_counter() - w0, _schedstat()
+    if s0 is not None and s1 is not None:
+        blocked = wall - ((s1[0] - s0[0]) + (s1[1] - s0[1])) / 1e9
+        return blocked > 0.25 * wall and blocked > 1e-4
+    return time.thread_time() - c0 < 0.5 * wall
+
+
+def _sample_both(timer: Timer, fn: Callable[[], object], number: int, dev: torch.device) -> tuple[float, float]:
+    """(seconds on the timer's clock, wall seconds) of one sample of ``number`` calls (:func:`_sample`).
+    Wall time is read around the sample (synchronised on CUDA/MPS, where the timer's clock is it)."""
+    if dev.type in ("cuda", "mps"):
+        t = _sample(timer, fn, number)
+        return t, t
+    w0 = time.perf_counter()
+    t = _sample(timer, fn, number)
+    return t, time.perf_counter() - w0
 
 
 def _sample(timer: Timer, fn: Callable[[], object], number: int) -> float:
@@ -441,13 +664,16 @@ def _warm_up(fn: Callable[[], object], dev: torch.device, warmup: int, name: str
 
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
 def measure(fn: Callable[[], object], device=None, min_run_time: float = 0.2, warmup: int = 3,
-            label: str = "", num_threads: "int | None" = None) -> Timing:
+            label: str = "", num_threads: "int | None" = None, clock: str = "auto") -> Timing:
     """Time ``fn()`` (called with no arguments) and return a :class:`Timing`.
 
     ``device``: where ``fn``'s work runs; CUDA/MPS are synchronized before each clock read (see
     :func:`_resolve_device` for ``None``). ``min_run_time``: seconds of timed calls to collect.
     ``warmup``: untimed calls first (lazy initialisation, caches, allocator). ``num_threads``: torch
-    CPU threads during the measurement, by default the current ``torch.get_num_threads()``.
+    CPU threads during the measurement, by default :func:`threads_here`'s (torch's pool; one thread
+    where CPUs are few or busy). ``clock``: "auto" (on a CPU, this thread's CPU time for one thread,
+    the process's for several or when ``fn`` works in other threads; on CUDA/MPS synchronised wall
+    time), "cpu" (the same) or "wall"; the result's ``clock`` says which.
 
     Uses ``torch.utils.benchmark.Timer(...).blocked_autorange(min_run_time=...)``; the thread count
     and grad mode are the same afterwards as before, and exceptions from ``fn`` propagate.
@@ -460,14 +686,20 @@ def measure(fn: Callable[[], object], device=None, min_run_time: float = 0.2, wa
     if not isinstance(label, str):
         raise ValueError(f"label must be a string, got {type(label).__name__}")
     threads = _check_threads(num_threads)
+    clock = _check_clock(clock)
     dev = _resolve_device(device)
 
     with _preserved_state(threads):
         _warm_up(fn, dev, warmup)
-        m = _timer(fn, dev, threads, label).blocked_autorange(min_run_time=min_run_time)
+        name = _clock_name(dev, threads, clock)
+        if name != "wall" and _waits(fn):
+            name = "wall"
+        elif name == "thread" and _works_elsewhere(fn):
+            name = "process"
+        m = _timer(fn, dev, threads, label, name).blocked_autorange(min_run_time=min_run_time)
 
     return Timing.from_samples(m.times, m.number_per_run, label=label, threads=threads,
-                               device=str(dev))
+                               device=str(dev), clock=name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -603,11 +835,12 @@ def run_rounds(sample: Callable[[str], float], names: Iterable[str], baseline: "
                max_rounds: "int | None" = None, time_budget: "float | None" = None,
                seed: "int | None" = 0, clock: Callable[[], float] = time.perf_counter,
                number: "Mapping[str, int] | None" = None, threads: int = 1, device: str = "cpu",
-               on_round: "Callable[[], None] | None" = None) -> Comparison:
+               on_round: "Callable[[], None] | None" = None, clock_name: str = "wall") -> Comparison:
     """The rounds of :func:`compare` and its stopping rule, with the sampling injected: what every
     comparison runs, and what ``benchmarks/coverage.py`` feeds with simulated times.
 
-    ``sample(name)`` returns one sample of case ``name``: its per-call time in seconds. Each round
+    ``sample(name)`` returns one sample of case ``name``: its per-call time in seconds (or a pair, that
+    time and the per-call wall time read beside it, kept as ``Timing.wall_times``). Each round
     calls it once per case, in an order drawn at random for that round (``numpy.random.default_rng
     (seed)``; ``orders`` keeps them). Without ``until``: ``rounds`` rounds, ``stopped="rounds"``,
     intervals at :data:`CONFIDENCE`. With ``until``: the rounds go on to each of :func:`looks`
@@ -616,7 +849,7 @@ def run_rounds(sample: Callable[[str], float], names: Iterable[str], baseline: "
     rounds stop when it says yes ("decided"), at the last look ("max rounds"), or when ``clock()``
     says the rounds have taken ``time_budget`` seconds or the next look would end past it, by the
     mean round so far ("time budget"). Whichever look they stop at, its interval covers at
-    :data:`CONFIDENCE`. ``number``, ``threads`` and ``device`` are recorded in the result."""
+    :data:`CONFIDENCE`. ``number``, ``threads``, ``device`` and ``clock_name`` are recorded in the result."""
     names = list(names)
     if baseline is None:
         baseline = names[0]
@@ -628,6 +861,7 @@ def run_rounds(sample: Callable[[str], float], names: Iterable[str], baseline: "
     level = look_confidence(len(plan))
     rng = np.random.default_rng(seed)
     samples: dict[str, list[float]] = {n: [] for n in names}
+    walls: dict[str, list[float]] = {n: [] for n in names}
     orders: list[tuple[str, ...]] = []
     number = {n: 1 for n in names} if number is None else dict(number)
 
@@ -635,12 +869,17 @@ def run_rounds(sample: Callable[[str], float], names: Iterable[str], baseline: "
         order = tuple(names[i] for i in rng.permutation(len(names)))
         orders.append(order)
         for n in order:
-            samples[n].append(float(sample(n)))
+            got = sample(n)
+            if isinstance(got, tuple):
+                got, wall = got
+                walls[n].append(float(wall))
+            samples[n].append(float(got))
         if on_round is not None:
             on_round()
 
     def snapshot():
-        return _comparison(samples, number, names, baseline, threads, device, seed, orders, level, plan)
+        return _comparison(samples, number, names, baseline, threads, device, seed, orders, level, plan,
+                           clock_name, walls)
 
     stopped = "rounds"
     t0 = clock()
@@ -743,7 +982,30 @@ def _calibrate_all(timers: Mapping[str, Timer], target: float, repeats: int = 5)
     # one factor for all cases from how much slower than its fastest a typical timing ran: the
     # samples last about ``target`` on the machine as it is, and still alike across the cases
     slower = float(np.median([e / fastest[name] for name in again for e in seen[name]])) if again else 1.0
-    return {name: max(1, round(number[name] * target / (fastest[name] * slower))) for name in timers}
+    cost = {name: fastest[name] / number[name] * slower for name in timers}  # seconds a call
+    return _equal_calls(cost, target)
+
+
+def _equal_calls(cost: Mapping[str, float], target: float, within: float = EQUAL_CALLS_WITHIN) -> dict[str, int]:
+    """Calls per sample from each case's per-call ``cost`` (seconds), so that a sample lasts about
+    ``target``: cases whose costs lie within ``within`` of each other (groups of neighbours in cost
+    order, each group spanning at most ``within``) share one count, from their geometric mean cost.
+    Identical cases then always get the same count, however the calibration's timings scattered (on a
+    shared 2-core machine two identical cases had got median 1.2x, at worst 244x, different counts, and
+    the case with the longer samples read slower in 84 of 111 A/A runs)."""
+    order = sorted(cost, key=lambda n: cost[n])
+    groups: list[list[str]] = []
+    for name in order:
+        if groups and cost[name] <= within * cost[groups[-1][0]]:
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    out = {}
+    for g in groups:
+        mean = math.exp(sum(math.log(max(cost[n], 1e-12)) for n in g) / len(g))
+        k = max(1, round(target / mean))
+        out.update({n: k for n in g})
+    return {name: out[name] for name in cost}
 
 
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
@@ -751,12 +1013,13 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
             rounds: int = 20, min_run_time: float = 0.5, warmup: int = 3, seed: "int | None" = 0,
             num_threads: "int | None" = None, progress: bool = False,
             until: "Callable[[Comparison], bool] | None" = None, max_rounds: "int | None" = None,
-            time_budget: "float | None" = None) -> Comparison:
+            time_budget: "float | None" = None, clock: str = "auto") -> Comparison:
     """Time several no-argument functions against each other, interleaved, and report speedups.
 
     1. Every case is called ``warmup`` times (untimed).
-    2. Each case gets its own ``number`` of calls per sample, calibrated so a sample takes about
-       ``min_run_time / rounds`` seconds.
+    2. Each case gets a ``number`` of calls per sample, calibrated so a sample takes about
+       ``min_run_time / rounds`` seconds; cases whose costs lie within :data:`EQUAL_CALLS_WITHIN` of
+       each other get the same number (:func:`_equal_calls`).
     3. ``rounds`` rounds: each round times every case once (a ``torch.utils.benchmark.Timer`` of
        ``number`` calls), in an order drawn at random for each round (seeded by ``seed``; a random
        order is what makes the interval exact, see the module's docstring). One untimed call comes
@@ -768,6 +1031,11 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
 
     ``min_run_time`` is the timed seconds per case in total. ``progress=True`` shows a tqdm bar over
     the rounds. Grad mode and the torch thread count are as before afterwards, also on error.
+
+    ``num_threads``: torch CPU threads, by default :func:`threads_here`'s (one where CPUs are few or
+    busy; ``threads_reason`` says why). ``clock``: "auto" (on a CPU the thread's CPU time for one
+    thread, the process's for several or where a case works in other threads; on CUDA/MPS
+    synchronised wall time), "cpu" (the same) or "wall". Every sample's wall time is kept beside it.
 
     **Stopping when it knows enough.** With ``until`` (a function of the comparison so far, true when
     its intervals are narrow enough for the question asked: :func:`resolves` builds one from a
@@ -803,6 +1071,8 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     threads = _check_threads(num_threads)
+    reason = _threads_reason(num_threads, threads)
+    clock = _check_clock(clock)
     dev = _resolve_device(device)
     if until is not None and not callable(until):
         raise ValueError(f"until must be a function of the comparison so far, got {type(until).__name__}")
@@ -813,9 +1083,21 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     target = min_run_time / rounds
 
     with _preserved_state(threads):
-        timers = {n: _timer(cases[n], dev, threads, n) for n in names}
         for n in names:
             _warm_up(cases[n], dev, warmup, f"case {n!r}")
+        clock_name, notes = _clock_name(dev, threads, clock), []
+        waiting = [n for n in names if clock_name != "wall" and _waits(cases[n], 1)]
+        if waiting:
+            clock_name = "wall"
+            notes.append(f"timed by wall time: {', '.join(map(repr, waiting))} waits (asleep, on I/O, a lock or "
+                         "another thread) for part of its time, which a CPU-time clock would not count")
+        if clock_name == "thread":
+            elsewhere = [n for n in names if _works_elsewhere(cases[n], 1)]
+            if elsewhere:
+                clock_name = "process"
+                notes.append(f"timed by the process's CPU time: {', '.join(map(repr, elsewhere))} works in "
+                             "other threads too, which this thread's CPU time would not count")
+        timers = {n: _timer(cases[n], dev, threads, n, clock_name) for n in names}
         number = _calibrate_all(timers, target)
 
         bar = None
@@ -823,23 +1105,30 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
             from tqdm.auto import tqdm
             bar = tqdm(desc="rounds", total=rounds if until is None else max_rounds)
         try:
-            return run_rounds(lambda n: _sample(timers[n], cases[n], number[n]) / number[n], names, baseline,
-                              rounds=rounds, until=until, max_rounds=max_rounds, time_budget=time_budget,
-                              seed=seed, number=number, threads=threads, device=str(dev),
-                              on_round=None if bar is None else (lambda: bar.update(1)))
+            def sample(n):
+                t, wall = _sample_both(timers[n], cases[n], number[n], dev)
+                return t / number[n], wall / number[n]
+
+            out = run_rounds(sample, names, baseline,
+                             rounds=rounds, until=until, max_rounds=max_rounds, time_budget=time_budget,
+                             seed=seed, number=number, threads=threads, device=str(dev),
+                             on_round=None if bar is None else (lambda: bar.update(1)), clock_name=clock_name)
+            out.threads_reason, out.notes = reason, notes
+            return out
         finally:
             if bar is not None:
                 bar.close()
 
 
 def _comparison(samples, number, names, baseline, threads, dev, seed, orders, level=CONFIDENCE,
-                plan=None) -> Comparison:
+                plan=None, clock_name: str = "wall", walls=None) -> Comparison:
     timings = {n: Timing.from_samples(samples[n], number[n], label=n, threads=threads,
-                                      device=str(dev)) for n in names}
+                                      device=str(dev), clock=clock_name,
+                                      wall_times=(walls or {}).get(n) or None) for n in names}
     speedup, ci = paired_speedup(samples, baseline, confidence=level)
     return Comparison(timings=timings, baseline=baseline, speedup=speedup, ci=ci, rounds=len(orders),
                       device=str(dev), threads=threads, seed=seed, orders=list(orders),
-                      look_confidence=level, looks=tuple(plan or (len(orders),)))
+                      look_confidence=level, looks=tuple(plan or (len(orders),)), clock=clock_name)
 
 
 def resolves(edges: "Mapping[str, Iterable[float]] | Iterable[float]", *, min_width: float = 0.0):
