@@ -29,7 +29,9 @@ At ``scale="tiny"`` on a CPU the checks run single-threaded (on a shared two-cor
 OpenMP thread mostly measures the neighbours: calls get several times slower and noisier; bytes
 do not depend on it), with few timing rounds and small sweeps; article-sized estimates are
 included everywhere, since they need no GPU. On a GPU or at ``scale="full"`` the rounds and the
-sweeps grow and torch's own thread count is used. ``ctx.params`` may override
+sweeps grow and :func:`nogradlab.core.timing.threads_here`'s count is used (torch's own, one where the
+CPUs are few or busy). Every timing reads a CPU-time clock on a CPU (:data:`nogradlab.core.timing.CLOCKS`).
+``ctx.params`` may override
 ``rounds``, ``min_run_time``, ``warmup`` and the per-check knobs named in each docstring.
 """
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _knobs(ctx, **quick_overrides) -> dict:
     the neighbours: 10 ms a sample, at most 1.5 s of rounds a condition), a GPU the same with 3
     warm-up calls (a condition times up to 8 cases, and a full-size forward often takes longer than
     a sample: ``tools/plan.py`` keeps a learner's notebook within a minute on an H200), other CPU
-    runs 50 ms and 20 s with torch's thread count. ``quick_overrides`` adjust the
+    runs 50 ms and 20 s with :func:`~nogradlab.core.timing.threads_here`'s count. ``quick_overrides`` adjust the
     tiny defaults; ctx.params wins."""
     if _quick(ctx):
         k = dict(rounds=10, min_run_time=0.1, warmup=1, num_threads=1, max_rounds=40, time_budget=1.5)
@@ -189,13 +191,24 @@ def provisional_note(note: str, rows, conds) -> str:
 
 
 def _samples_note(ctx, claim_id: str, conditions=()) -> str:
-    """A warning for the summary when the run timed fewer rounds than the rule's minimum, or when a
-    condition's rounds stopped (time budget, most rounds) before its intervals decided this claim's
-    rule (:func:`_open_for`: only the cases and edges the claim reads)."""
+    """A warning for the summary when the run timed fewer rounds than the rule's minimum, when a
+    no_grad case's samples lasted more than :data:`nogradlab.core.timing.UNEQUAL_SAMPLES` longer or
+    shorter than grad's, or when a condition's rounds stopped (time budget, most rounds) before its
+    intervals decided this claim's rule (:func:`_open_for`: only the cases and edges the claim reads)."""
     need = RULES[claim_id].min_samples
     got = _knobs(ctx)["rounds"]
     out = (f" Only {got} timing rounds per case, fewer than the rule's minimum of {need}: a provisional "
            "verdict." if need and got < need else "")
+    uneven = []
+    for c in conditions:
+        if c.comparison is None:
+            continue
+        for case, r in c.comparison.unequal_samples().items():
+            if case in _EDGE_CASES:
+                uneven.append(f"{c.workload}@{c.batch} ({case}'s {_format.ratio(r, 2)} grad's)")
+    if uneven:
+        out += (f" Samples of unequal length in {', '.join(uneven)}: one call lasts longer than a sample, so the "
+                "calls per sample could not balance the two; read these ratios with care.")
     open_ = [c for c in conditions if _open_for(claim_id, c)]
     if open_:
         out += (f" {len(open_)} of {len(conditions)} timed conditions stopped "
@@ -481,7 +494,8 @@ def _measure_condition(ctx, wl, batch, knobs, key) -> Condition:
         if ctx.on_gpu:
             torch.cuda.empty_cache()
     return Condition(name, wl.scale, batch, str(ctx.device), cmp, [s for s in settings if s in cases],
-                     dict(state, threads=knobs["num_threads"] or torch.get_num_threads()), skipped, key)
+                     dict(state, threads=cmp.threads if cmp is not None else knobs["num_threads"] or 1,
+                          clock=cmp.clock if cmp is not None else None), skipped, key)
 
 
 def enter_exit(ctx, nested: bool = False) -> "timing.Timing":
