@@ -326,6 +326,98 @@ def real(method: str, runs: int, neighbour: bool) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
+# --------------------------------------------------------------------------------------------
+# real A/A runs at the claim checks' own settings, beside neighbours that work the way other users do
+
+BURSTY = r"""
+import random, sys, time
+import torch
+torch.set_num_threads(1)
+end = time.monotonic() + float(sys.argv[1])
+random.seed()
+a, big = torch.randn(384, 384), torch.randn(4 * 2 ** 20)
+while time.monotonic() < end:
+    # a burst of torch work, tens of milliseconds to a second: matmuls (compute) or a pass over 16 MB
+    # (memory bandwidth), as a neighbour's notebook cell or test would do; then a pause
+    busy = time.monotonic() + random.uniform(0.02, 1.0)
+    heavy = random.random() < 0.5
+    while time.monotonic() < busy:
+        if heavy:
+            a @ a
+        else:
+            big.mul_(1.0000001)
+    time.sleep(random.uniform(0.01, 0.5))
+"""
+
+
+@contextlib.contextmanager
+def bursty_neighbours(count: int, seconds: float):
+    """``count`` subprocesses, each doing single-threaded torch work in bursts of 20 ms to 1 s with pauses
+    of 10-500 ms (a duty of about two thirds), for at most ``seconds``: on a 2-core machine 15 of them
+    load it to about five times its cores. All are stopped when the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", BURSTY, str(seconds)]) for _ in range(count)]
+    try:
+        time.sleep(3.0)  # let them import torch and start working
+        yield procs
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def checks_run(seed: int, clock: str = "auto", equal_calls: bool = True) -> timing.Comparison:
+    """One A/A comparison at the claim checks' tiny CPU settings (:func:`nogradlab.claims.measure._knobs`):
+    the tiny MLP forward under no_grad at batch 8 (the C03/X01 condition's workload), timed as two
+    identical cases with ``compare(rounds=10, min_run_time=0.1, warmup=1, num_threads=1, max_rounds=40,
+    until=resolves([1.0]))``. ``clock="wall"`` and ``equal_calls=False`` (each case its own calls per
+    sample, as before) reproduce the protocol the issue measured."""
+    from nogradlab.core import workloads
+
+    wl = workloads.get("mlp", "tiny")
+    torch.manual_seed(seed)
+    model = wl.build("cpu").eval()
+    x = wl.make_input(8, "cpu")
+
+    def fwd():
+        with torch.no_grad():
+            return model(x)
+
+    within = timing.EQUAL_CALLS_WITHIN
+    try:
+        if not equal_calls:
+            timing.EQUAL_CALLS_WITHIN = 1.0
+            timing._equal_calls.__defaults__ = (1.0,)
+        return timing.compare({"a": fwd, "b": fwd}, rounds=10, min_run_time=0.1, warmup=1, num_threads=1,
+                              max_rounds=40, until=timing.resolves([1.0]), seed=seed, clock=clock)
+    finally:
+        timing.EQUAL_CALLS_WITHIN = within
+        timing._equal_calls.__defaults__ = (within,)
+
+
+def checks(runs: int, neighbours: int, clock: str = "auto", equal_calls: bool = True) -> dict:
+    miss, n_rounds, calls, t0 = 0, [], [], time.perf_counter()
+    with (bursty_neighbours(neighbours, 3600) if neighbours else contextlib.nullcontext()):
+        loads = [os.getloadavg()[0]]
+        for i in range(runs):
+            c = checks_run(i, clock, equal_calls)
+            lo, hi = c.ci["b"]
+            miss += not (lo <= 1.0 <= hi)
+            n_rounds.append(c.rounds)
+            na, nb = c.timings["a"].number_per_sample, c.timings["b"].number_per_sample
+            calls.append(max(na, nb) / min(na, nb))
+            loads.append(os.getloadavg()[0])
+    return {"method": f"{clock}{'' if equal_calls else ',own'}", "runs": runs, "neighbours": neighbours,
+            "miss": miss, "rate": miss / runs, "upper95": upper_bound(miss, runs),
+            "mean_rounds": float(np.mean(n_rounds)), "seconds": time.perf_counter() - t0,
+            "calls_ratio_median": float(np.median(calls)), "calls_ratio_max": float(np.max(calls)),
+            "load": (min(loads), float(np.median(loads)), max(loads))}
+
+
 def _load() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -339,7 +431,14 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sim-runs", type=int, default=2000)
     ap.add_argument("--real-runs", type=int, default=100)
-    ap.add_argument("--only", choices=("sim", "real"), default=None)
+    ap.add_argument("--only", choices=("sim", "real", "checks"), default=None)
+    ap.add_argument("--checks-runs", type=int, default=50,
+                    help="A/A runs at the checks' settings, quiet and again beside bursty neighbours")
+    ap.add_argument("--neighbours", type=int, default=15,
+                    help="bursty neighbour processes for the loaded half (15: a load of about 10 on 2 cores)")
+    ap.add_argument("--checks-protocols", default="auto",
+                    help="comma-separated, for --only checks: auto (today's), wall+own (wall clock and each "
+                         "case its own calls per sample, the protocol before)")
     ap.add_argument("--methods", default="before,after", help="comma-separated: before, after")
     a = ap.parse_args(argv)
     methods = [m for m in a.methods.split(",") if m]
@@ -363,6 +462,20 @@ def main(argv=None) -> None:
             w = widths(n, min(a.sim_runs, 500))
             print(f"median width (high/low) of intervals from the same {n} simulated A/A rounds, {min(a.sim_runs, 500)} "
                   "runs: " + ", ".join(f"{k} {v:.3f}" for k, v in w.items()), flush=True)
+    if a.only in (None, "checks"):
+        print(f"\n(c) real A/A at the claim checks' settings (tiny MLP forward under no_grad, batch 8, "
+              f"min_run_time 0.1 s, 1 thread, rounds 10, looks to 40), {a.checks_runs} runs per row, quiet "
+              f"and beside {a.neighbours} bursty torch neighbours:", flush=True)
+        for proto in [p for p in a.checks_protocols.split(",") if p]:
+            equal = "own" not in proto
+            clock = "wall" if proto.startswith("wall") else "auto"
+            for n in (0, a.neighbours):
+                before = _load()
+                r = checks(a.checks_runs, n, clock, equal)
+                print(_row(r, f"{'beside ' + str(n) + ' neighbours' if n else 'quiet'}")
+                      + f"  calls ratio median {r['calls_ratio_median']:.2f} max {r['calls_ratio_max']:.1f}; "
+                      f"{r['seconds']:.0f} s; load {before} -> {_load()} (min/median/max during "
+                      f"{r['load'][0]:.1f}/{r['load'][1]:.1f}/{r['load'][2]:.1f})", flush=True)
     if a.only in (None, "real"):
         print(f"\n(a) real A/A runs on this CPU (x @ x, 64x64, 1 thread, min_run_time 0.02 s), {a.real_runs} "
               "runs per row (rounds=10, until=resolves([1.0]), max_rounds=40):")
