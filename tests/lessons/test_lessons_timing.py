@@ -40,11 +40,31 @@ def test_too_few_rounds_give_an_unbounded_interval():
 
 def test_hand_timed_ratios_print_their_spread():
     """A hand cell that prints a speed ratio from benchmark.Timer also prints the spread behind it, and
-    says when that spread is too wide to read the ratio."""
+    says when that spread is wide, with the figure beside it: never "too noisy to read", which left the
+    learner on a shared machine with no number at all."""
     offenders = []
     for path in NOTEBOOKS:
         for src in _code_cells(path):
             if "benchmark.Timer" in src and re.search(r"grad / no_grad", src):
-                if "IQR" not in src or "too wide" not in src:
+                if "IQR" not in src or "spread from" not in src or "too noisy" in src or "too wide" in src:
                     offenders.append(path.stem)
     assert not offenders, f"ratio printed without its spread or a warning: {offenders}"
+
+
+def test_hand_timings_on_a_cpu_read_a_cpu_time_clock_and_say_which():
+    """Every hand timing with benchmark.Timer on a CPU reads a clock a busy neighbour cannot stretch (the
+    thread's or the process's CPU time), and what it prints names its clock; notebooks 01 and 05 choose
+    one thread where the CPUs are few or busy."""
+    offenders = []
+    for path in NOTEBOOKS:
+        for src in _code_cells(path):
+            if "benchmark.Timer(" not in src:
+                continue
+            if "timer_kw" not in src and "timer=" not in src:
+                offenders.append((path.stem, "no clock"))
+            if "print(" in src and "median" in src and "clock" not in src and "CPU time" not in src:
+                offenders.append((path.stem, "clock not printed"))
+            if ("01_" in path.stem or "05_" in path.stem) and "torch.get_num_threads()" in src \
+                    and "getloadavg" not in src and "num_threads=threads" in src and "threads = " in src:
+                offenders.append((path.stem, "threads not chosen for a shared machine"))
+    assert not offenders, offenders
