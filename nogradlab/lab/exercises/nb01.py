@@ -17,6 +17,14 @@ def _forgets_no_grad(model, x):
     return out
 
 
+def _always_trains(model, x):
+    model.eval()
+    with torch.no_grad():
+        out = model(x)
+    model.train()  # wrong for a caller whose model was in eval mode
+    return out
+
+
 def _leaves_eval(model, x):
     model.eval()
     with torch.no_grad():
@@ -26,7 +34,8 @@ def _leaves_eval(model, x):
 from nogradlab.lab.exercises import exercise  # noqa: E402  (the registry lives in the package)
 
 
-@exercise("01.1", kind="code", wrong=[(_forgets_no_grad, "grad_fn"), (_leaves_eval, "mode")])
+@exercise("01.1", kind="code", wrong=[(_forgets_no_grad, "grad_fn"), (_leaves_eval, "mode"),
+                                      (_always_trains, "was in eval mode")])
 def predict(model, x):
     was_training = model.training
     model.eval()
@@ -55,6 +64,12 @@ def _(fn):
     again = fn(model, x)
     if not torch.equal(out, again):
         return "two calls gave different outputs: dropout was active; call model.eval() before the forward"
+    served = _model().eval()  # a caller serving predictions: its model is in eval mode already
+    fn(served, x)
+    if served.training:
+        return ("a model that was in eval mode came back in training mode: predict should leave the mode as it "
+                "found it, so remember model.training and restore that (model.train(was_training)), rather "
+                "than calling model.train()")
     return None
 
 

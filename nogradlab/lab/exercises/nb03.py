@@ -99,7 +99,8 @@ def _source(fn) -> str:
 # After out = evaluate(lin, x); y = lin(x): (out.requires_grad, y.requires_grad, torch.is_grad_enabled())?
 
 @exercise("03.2", kind="predict", wrong=[((False, True, True), "plain call"), ((True, True, True), "does switch"),
-                                          ((False, False, True), "same switch")])
+                                          ((False, False, True), "same switch"),
+                                          (("False", "False", "False"), "without quotes")])
 def grad_after_plain_call():
     lin = nn.Linear(3, 1)
     x = torch.ones(2, 3)
@@ -117,6 +118,9 @@ def grad_after_plain_call():
 
 @grad_after_plain_call.judge
 def _(triple):
+    if isinstance(triple, str) or any(isinstance(v, str) for v in (triple if isinstance(triple, (tuple, list)) else ())):
+        return ("answer with three booleans, True or False without quotes: a string such as 'False' is not a "
+                "boolean (bool('False') is True)")
     try:
         got = tuple(bool(v) for v in triple)
     except TypeError:

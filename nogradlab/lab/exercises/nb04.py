@@ -72,8 +72,15 @@ def _no_grad_only(model):
     return model
 
 
+def _stop_tracking(model):
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            m.track_running_stats = False  # the statistics stop moving, but the batch's own are used
+    return model
+
+
 @exercise("04.2", kind="code", wrong=[(_everything_eval, "Dropout"), (_freeze_params, "buffers"),
-                                       (_no_grad_only, "under no_grad")])
+                                       (_no_grad_only, "under no_grad"), (_stop_tracking, "batch's own")])
 def freeze_batchnorm(model):
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
@@ -90,7 +97,12 @@ def _(fn):
     fn(model)
     bn, drop = model[1], model[3]
     before = bn.running_mean.clone()
-    out = model(torch.randn(6, 4) + 3)
+    seen = []
+    hook = bn.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
+    try:
+        out = model(torch.randn(6, 4) + 3)
+    finally:
+        hook.remove()
     if out.grad_fn is None:
         return ("the forward ran under no_grad: the model can no longer be fine-tuned, and no_grad does not "
                 "fix BatchNorm's running statistics anyway; put only the BatchNorm modules in eval mode")
@@ -100,6 +112,10 @@ def _(fn):
                     "forward whatever requires_grad or no_grad say; put the BatchNorm modules themselves in "
                     "eval mode (m.eval() for each nn.BatchNorm*)")
         return "BatchNorm's running statistics still moved"
+    if seen and seen[0].mean(0).abs().max() < 1e-4:
+        return ("BatchNorm still normalises each batch by the batch's own mean and variance (its output has mean "
+                "0 over the batch): with track_running_stats=False the statistics stop moving, but they are not "
+                "used either; put the BatchNorm modules in eval mode, which normalises by the running statistics")
     if not drop.training:
         return ("the Dropout layer is in eval mode too: model.eval() switches every submodule; call eval() only "
                 "on the BatchNorm modules (loop over model.modules())")
