@@ -29,6 +29,15 @@ class SavedByLayer:
     tensors: int
     rows: list  # [{"layer", "type", "saved_bytes", "tensors", "largest"}] in the order the layers ran
     attention: list = field(default_factory=list)  # [{"layer", "type", "saves_LxL", "shapes"}]
+    #: [{"block", "type", "saved_bytes", "input_bytes", "frees"}]: every module with submodules (the model
+    #: itself left out), what the layers inside it save, the bytes of its inputs, and ``frees``, what
+    #: recomputing it in backward (``torch.utils.checkpoint.checkpoint``, which keeps the block's inputs)
+    #: would free: its saved bytes less its inputs', largest first
+    blocks: list = field(default_factory=list)
+
+    def best_block(self) -> "dict | None":
+        """The block whose recomputation frees the most, or None where none frees anything."""
+        return next((b for b in self.blocks if b["frees"] > 0), None)
 
     def frame(self, top: int = 12):
         """The ``top`` layers by bytes saved (the rest summed in one row), as a pandas DataFrame."""
@@ -111,7 +120,13 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     def unpack(t):
         return t
 
+    in_bytes: dict = {}  # id(module) -> bytes of the distinct storages of its first call's tensor inputs
+
     def pre(module, args):  # (global forward pre-hooks see the positional arguments only)
+        if id(module) not in in_bytes:
+            sts = {id(st): st.nbytes() for t in ownmodel.model_tensors(args)
+                   if (st := _memory._storage(t)) is not None and st not in weights}
+            in_bytes[id(module)] = sum(sts.values())
         if _is_attention(module):
             in_shapes.setdefault(id(module), set()).update(tuple(t.shape) for t in ownmodel.model_tensors(args))
 
@@ -141,4 +156,14 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
             attention.append({"layer": names.get(i, type(m).__name__), "type": type(m).__name__,
                               "saves_LxL": any(_is_lxl(x, in_shapes.get(i, set())) for x in s),
                               "shapes": sorted(set(s), key=lambda x: -math.prod(x))[:4]})
-    return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention)
+    blocks = []
+    for i, m in mods.seen.items():
+        kids = [c for c in m.modules() if c is not m]
+        if not kids or m is model or i not in names:
+            continue
+        inside = per.get(i, (0,))[0] + sum(per.get(id(c), (0,))[0] for c in kids)
+        blocks.append({"block": names[i], "type": type(m).__name__, "saved_bytes": inside,
+                       "input_bytes": in_bytes.get(i, 0), "frees": inside - in_bytes.get(i, 0),
+                       "has_batchnorm": any(isinstance(c, nn.modules.batchnorm._BatchNorm) for c in kids)})
+    blocks.sort(key=lambda b: -b["frees"])
+    return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention, blocks=blocks)

@@ -253,7 +253,11 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
             "batch": b, "seed": int(seed), "measured_at": datetime.datetime.now(datetime.timezone.utc)
             .isoformat(timespec="seconds"),
             "peak_bytes": peaks, "peak_method": f"{method} ({'the caching allocator' if cuda else 'live storages'})"
-            " plus the weights and inputs resident before the step"}
+            " plus the weights and inputs resident before the step"
+            + ("" if cuda else "; measured with PyTorch's fused transformer fast path off (its one fused operator "
+               "hides its temporaries from a storage probe), where the timing below runs with it on, as the model "
+               "serves"),
+            "fused_fast_path": {"memory": "on" if cuda else "off", "timing": "on"}}
     if time_it:
         # the same steps on the same weights (each forward case sets eval itself). The training step: plain SGD
         # with a small learning rate (weights that stay finite keep the times honest; no momentum buffers held
@@ -268,7 +272,8 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
                          f"call(s), {cmp.threads} thread(s), cases in a random order each round, median per call, ratio to "
                          f"the grad forward with a {timing.CONFIDENCE:.0%} signed-rank interval of the paired rounds; "
                          "the training step timed with SGD "
-                         "without momentum"),
+                         f"without momentum; {timing.CLOCKS[cmp.clock]}; the fused transformer fast path on "
+                         "(PyTorch's default)"),
             "threads": cmp.threads, "rounds": cmp.rounds,
             "modes": {m: {"median_s": t.median, "iqr_s": t.iqr,
                           "over_grad": 1.0 / cmp.speedup[m],
@@ -587,13 +592,27 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
         t0 = next(iter(types))
         out.append(f"With grad on, one forward keeps {fb(saved.total_bytes)} for backward; the "
                    f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it, the most in one layer "
-                   f"`{top['layer']}` ({fb(top['saved_bytes'])}). To train at a larger batch, recompute those "
-                   "in backward instead (`torch.utils.checkpoint.checkpoint`).")
+                   f"`{top['layer']}` ({fb(top['saved_bytes'])}).")
+        block = saved.best_block()
+        if block is not None:
+            single = (f" Checkpointing a `{t0}` alone would free little: what it saves is mostly its input, which "
+                      "checkpoint keeps." if t0.startswith("BatchNorm") or t0 in ("ReLU", "GELU", "SiLU", "Dropout")
+                      else "")
+            bn = " It holds BatchNorm layers: recomputed in training mode, they update their running statistics " \
+                 "a second time each step." if block.get("has_batchnorm") else ""
+            out.append(f"To train at a larger batch, recompute a whole block in backward instead of keeping what it "
+                       f"saves: `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)` keeps only the "
+                       f"block's inputs. Here `{block['block']}` ({block['type']}) saves {fb(block['saved_bytes'])} "
+                       f"and takes {fb(block['input_bytes'])} of inputs, so recomputing it frees about "
+                       f"{fb(block['frees'])}.{single}{bn}")
         for a in saved.attention:
             if a["saves_LxL"]:
-                out.append(f"Attention `{a['layer']}` saves an L x L matrix for backward: call it with "
-                           "`need_weights=False` (or use `F.scaled_dot_product_attention`), whose fused kernels "
-                           "keep O(L) per head instead.")
+                how = ("call it with `need_weights=False`, which lets it use `F.scaled_dot_product_attention`"
+                       if a["type"] == "MultiheadAttention" else
+                       "compute it with `F.scaled_dot_product_attention`")
+                out.append(f"Attention `{a['layer']}` saves an L x L matrix for backward: {how}, whose fused kernels "
+                           "save the query, key, value and output and one log-sum-exp per row and head: nothing "
+                           "L x L.")
     if doc is not None:
         m = doc["modes"]
         gpu = fb(doc["meta"]["gpu_bytes"])

@@ -58,3 +58,49 @@ def test_a_printed_bound_never_contradicts_the_word(lo, hi, point, word):
 def test_ordinary_intervals_keep_three_decimals():
     line = _time_line(0.9, 0.95, 0.93)
     assert "0.930× the grad forward's time" in line and "[0.900×, 0.950×]" in line, line
+
+
+def test_the_recipe_checkpoints_a_block_by_what_recomputing_it_frees_not_a_batchnorm_alone():
+    """Issue 40: the recipe advised checkpointing the BatchNorm layers, but checkpoint keeps the function's
+    inputs (conv -> BN -> ReLU saved 4,300,800 B; with checkpoint(bn) 4,299,520 B). It now names the block
+    whose recomputation frees the most: its saved bytes less its inputs'."""
+    import torch
+    from torch import nn
+
+    from nogradlab.core.saved import saved_by_layer
+    from nogradlab.run import yourmodel
+
+    torch.manual_seed(0)
+    block = lambda c: nn.Sequential(nn.Conv2d(c, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU())  # noqa: E731
+    model = nn.Sequential(block(3), block(16), nn.Flatten(), nn.Linear(16 * 8 * 8, 2)).train()
+    x = torch.randn(4, 3, 8, 8)
+    s = saved_by_layer(model, x)
+    first = next(b for b in s.blocks if b["block"] == "0")
+    inside = sum(r["saved_bytes"] for r in s.rows if r["layer"].startswith("0."))
+    assert first["saved_bytes"] == inside and first["input_bytes"] == x.nbytes
+    assert first["frees"] == inside - x.nbytes and first["has_batchnorm"]
+    best = s.best_block()
+    assert best["block"] in ("0", "1") and best["frees"] == max(b["frees"] for b in s.blocks)
+    text = " ".join(yourmodel.recipe(s, None, None))
+    assert f"`{best['block']}` (Sequential)" in text and "checkpoint" in text
+    assert "running statistics a second time" in text
+    assert "Checkpointing a `BatchNorm2d` alone would free little" in text
+
+
+def test_the_recipe_says_need_weights_only_to_multihead_attention():
+    import torch
+    from torch import nn
+
+    from nogradlab.core.saved import saved_by_layer
+    from nogradlab.run import yourmodel
+
+    class MyAttention(nn.Module):  # hand-written: no need_weights argument
+        def forward(self, q):
+            w = torch.softmax(q @ q.transpose(-1, -2), -1)
+            return w @ q
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), MyAttention())
+    text = " ".join(yourmodel.recipe(saved_by_layer(model, torch.randn(2, 16, 8)), None, None))
+    assert "L x L" in text and "need_weights" not in text and "F.scaled_dot_product_attention" in text
+    assert "log-sum-exp" in text and "O(L)" not in text
