@@ -142,13 +142,13 @@ def test_x05_disagrees_only_on_an_interval_against_an_interval():
     """A lever whose interval ends below 1.05x no_grad's point but whose upper end reaches 1.05x no_grad's lower
     end is not ruled out: unpaired, the comparison is interval against interval."""
     row = {"workload": "mlp", "batch": 8, "rounds": 20,
-           "speedup": {"grad": 1.0, "no_grad": 1.10, "inference_mode": 1.10, "no_grad+bf16": 1.12},
-           "ci": {"grad": [1.0, 1.0], "no_grad": [1.02, 1.18], "inference_mode": [1.02, 1.18],
+           "speedup": {"grad": 1.0, "no_grad": 1.10, "inference_mode": 1.12, "no_grad+bf16": 1.12},
+           "ci": {"grad": [1.0, 1.0], "no_grad": [1.02, 1.18], "inference_mode": [1.06, 1.20],
                   "no_grad+bf16": [1.05, 1.14]}}
     j = _judge("X05", {"rows": [row]}, claims.PROTOCOL)
     assert j.conditions[0]["reading"] == "unresolved", j.summary
     # with a paired interval of the lever over no_grad from the same rounds, that decides
-    paired = dict(row, vs_no_grad={"no_grad+bf16": [1.02, 1.00, 1.04]})
+    paired = dict(row, vs_no_grad={"no_grad+bf16": [1.02, 1.00, 1.04]}, inference_mode_vs_no_grad=[1.0, 0.99, 1.01])
     j = _judge("X05", {"rows": [paired]}, claims.PROTOCOL)
     assert j.conditions[0]["reading"] == "disagrees", j.summary
     assert "paired" in j.summary
