@@ -124,8 +124,9 @@ def judge_c10(m, rule):
     volatile_ignored = y["requires_grad"] and y["grad_fn"] is not None
     messages = v["warnings"]
     today = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
-    summary = (f"Holds on its first half only: 0.4 replaced volatile with no_grad; the second half, that it "
-               f"replaced manual workarounds, is not supported by the sources and not covered by this verdict. The PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 "
+    summary = (f"Holds on its first half only: 0.4 replaced volatile with no_grad; the workarounds half is not "
+               f"supported by the sources and not covered by this verdict. The PyTorch 0.4.0 migration guide "
+               f"({MIGRATION_GUIDE}) and the v0.4.0 "
                f"release notes ({RELEASE_NOTES}) deprecate the volatile flag in favour of torch.no_grad() and "
                f"torch.set_grad_enabled(); they name no detach/clone workaround that no_grad replaced. "
                f"Today's torch {m['torch']}, shown, not deciding: "
@@ -136,7 +137,7 @@ def judge_c10(m, rule):
                                                              "may have changed it; it dates nothing)."))
     scope = {"basis": "cited",
              "text": f"cited: the PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 release notes "
-                     f"({RELEASE_NOTES}); today's torch {m['torch']} on {m.label} shown beside them, not deciding"}
+                     f"({RELEASE_NOTES}); today's torch ({m['torch']}) shown beside them, not deciding"}
     return Judgement("holds", summary, "Holds on its first half only: the 0.4.0 migration guide and release notes "
                                        "replaced volatile=True by torch.no_grad(); the workarounds half is not "
                                        "supported by them. Today's torch is shown, not counted.", scope=scope)
@@ -284,11 +285,13 @@ def judge_c08(m, rule):
                f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
                f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
                "to 4P/slope); below it the weights and their companions dominate.")
-    single = sum(r["activation_bytes"] > r["parameters_bytes"] for r in rows)
+    single = (sum(r["activation_bytes"] > r["parameters_bytes"] for r in rows)
+              if all("parameters_bytes" in r for r in rows) else None)
     reading = (f"Activations outweigh parameters + gradients + momentum together in "
                f"{sum(c['reading'] == 'agrees' for c in conds)} of {len(conds)} conditions: above each workload's "
-               f"crossover batch, not below it (as the largest single part, more than any one of the three, in "
-               f"{single} of {len(conds)}: shown, not counted).")
+               f"crossover batch, not below it"
+               + (f" (as the largest single part, more than any one of the three, in {single} of {len(conds)}: "
+                  "shown, not counted)" if single is not None else "") + ".")
     return Judgement(verdict, summary, reading, conds)
 
 

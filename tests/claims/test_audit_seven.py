@@ -170,7 +170,19 @@ def test_x05_flags_the_h200s_disturbed_resnet50_row_by_its_cross_check(refs):
                   "no_grad+fp16": [1.45, 1.55]}}
     assert _judge("X05", {"rows": [row]}, claims.PROTOCOL).conditions[0]["reading"] == "agrees"
     bad = copy.deepcopy(row)
-    bad["ci"]["inference_mode"] = [1.0, 1.2]  # reaches below 0.95 x no_grad's point: cannot resolve 5 %
+    bad["ci"]["inference_mode"] = [1.0, 1.2]  # reaches below 0.95 x no_grad's lower end: cannot resolve 5 %
     j = _judge("X05", {"rows": [bad]}, claims.PROTOCOL)
     assert j.conditions[0]["reading"] == "unresolved" and j.conditions[0]["disturbed"], j.summary
     assert "disturbed timing" in claims.rule("X05")
+
+
+def test_a_fresh_x05_run_stores_each_levers_paired_interval_over_no_grad():
+    r = claims.check("X05", device="cpu", scale="tiny", workloads=["mlp"], rounds=3, min_run_time=0.03)
+    (row,) = r.measurements["rows"]
+    levers = [k for k in row["speedup"] if k.startswith("no_grad+") and k not in row["unpaired_ci"]]
+    assert levers and set(row["vs_no_grad"]) == set(levers), row
+    for k in levers:
+        sp, lo, hi = row["vs_no_grad"][k]
+        assert lo <= sp <= hi
+        # the same rounds: the lever over no_grad is close to the ratio of their speedups over grad
+        assert sp == pytest.approx(row["speedup"][k] / row["speedup"]["no_grad"], rel=0.25)
