@@ -19,7 +19,7 @@ from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note, resolve
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
-from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, edge_margin, read_conditions, readings_text, verdict_of
+from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, OLD_PROTOCOL_WIDENING, read_conditions, readings_text, verdict_of, widened_text, widening
 from nogradlab.claims.searches import GiB, MiB, _MODES, _method, _one_real_search, _quick, _ratio, _real_note, _real_search, _row, _searches, default_budgets, shared_largest_batch
 
 NOTEBOOK = "01_what_no_grad_does"
@@ -249,7 +249,8 @@ C03 = declare(
     rule=Rule("Per workload x batch, time saved = 1 - t(no_grad forward)/t(grad forward), eval mode, one "
               "shared timing per condition, read against 20-40 % by its 95 % CI (agrees inside, disagrees "
               "outside, unresolved across an edge; at least 10 rounds; an older protocol's interval, which "
-              "under-covers, ending within 1 percentage point of an edge is unresolved). The article's figure is "
+              "under-covers, is " + widened_text(OLD_PROTOCOL_WIDENING) + ", and unresolved if it then "
+              "crosses an edge). The article's figure is "
               "for typical convolutional or transformer models: the MLP is shown, not counted. Over the counted "
               "conditions: " + AGGREGATE + ". Judged twice, the transformer "
               "with its fused fast path and without it; where the two verdicts differ, 'depends' on the "
@@ -316,9 +317,9 @@ def judge_c03(m, rule):
         return Judgement("not testable", "Only the MLP was timed; the article's 20-40 % is for typical "
                          "convolutional or transformer models, so nothing here is what it speaks of.")
     knob_rounds = (m.get("knobs") or {}).get("rounds")
-    margin = edge_margin(m.protocol)
-    _, all_off = read_conditions(_c03_items(rows, knob_rounds, False), rule.band, margin=margin)
-    _, all_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band, margin=margin)
+    widen = widening(m.protocol)
+    _, all_off = read_conditions(_c03_items(rows, knob_rounds, False), rule.band, widen=widen)
+    _, all_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band, widen=widen)
     for r, a, b in zip(rows, all_off, all_on):
         if r["workload"] in C03_NOT_COUNTED:
             a["deciding"] = b["deciding"] = False

@@ -186,3 +186,27 @@ def test_a_fresh_x05_run_stores_each_levers_paired_interval_over_no_grad():
         assert lo <= sp <= hi
         # the same rounds: the lever over no_grad is close to the ratio of their speedups over grad
         assert sp == pytest.approx(row["speedup"][k] / row["speedup"]["no_grad"], rel=0.25)
+
+
+# ------------------------------------------------------------------------------------ the edge margin
+
+def test_an_older_protocols_interval_is_widened_by_a_factor_derived_from_its_measured_coverage():
+    import re
+
+    from nogradlab.claims import rules
+    assert not hasattr(rules, "EDGE_MARGIN") and not hasattr(rules, "edge_margin")
+    # the counts are the README's "before" rows of its real A/A table
+    text = (ROOT / "benchmarks" / "README-coverage.md").read_text()
+    table = text.split("## (a)")[1].split("## (b)")[0]
+    rows = re.findall(r"^\| before \| \w+ \| (\d+) / (\d+) \(\d+ %\) \| ([\d.]+) %", table, re.M)
+    assert len(rows) == 3, rows
+    assert rules.OLD_PROTOCOL_AA == (sum(int(k) for k, _, _ in rows), sum(int(n) for _, n, _ in rows))
+    for k, n, bound in rows:  # the one-sided Clopper-Pearson bound the README gives each row
+        assert rules._binomial_upper(int(k), int(n)) * 100 == pytest.approx(float(bound), abs=0.05)
+    assert rules.OLD_PROTOCOL_WIDENING == pytest.approx(2.51, abs=0.01)
+    # a protocol whose intervals covered at 95 % needs none; more misses need more
+    assert rules.coverage_widening(2, 300) < 1.0 < rules.coverage_widening(30, 300) < rules.OLD_PROTOCOL_WIDENING
+    assert rules.widening(1) == rules.widening(None) == rules.OLD_PROTOCOL_WIDENING
+    assert rules.widening(claims.PROTOCOL) == 1.0
+    with pytest.raises(ValueError, match="k <= n"):
+        rules._binomial_upper(5, 3)
