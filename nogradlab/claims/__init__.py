@@ -1162,7 +1162,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         return jr, scope, local
     if ref is None:
         jr = Judgement("needs re-measuring",
-                       f"The article's figure is for GPUs, and no reference GPU measurement in results/ "
+                       f"{claim.id} is judged on a GPU (its rule says why), and no reference GPU measurement in results/ "
                        f"has what today's rule needs: a GPU run would decide it. On your machine: "
                        f"{j.summary}", j.reading)
         return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local

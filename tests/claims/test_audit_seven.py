@@ -210,3 +210,12 @@ def test_an_older_protocols_interval_is_widened_by_a_factor_derived_from_its_mea
     assert rules.widening(claims.PROTOCOL) == 1.0
     with pytest.raises(ValueError, match="k <= n"):
         rules._binomial_upper(5, 3)
+
+
+def test_c17_without_a_reference_column_does_not_say_the_article_names_gpus(monkeypatch):
+    cpu = json.loads((ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json").read_text())
+    monkeypatch.setitem(claims._REFS, "docs", [])
+    e = claims.judge_entry(_entry(cpu, "C17"), cpu["meta"])
+    assert e["verdict"] == "needs re-measuring", e["summary"]
+    assert "The article's figure is for GPUs" not in e["summary"], e["summary"]
+    assert "C17 is judged on a GPU (its rule says why)" in e["summary"], e["summary"]
