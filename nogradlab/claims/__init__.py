@@ -19,7 +19,8 @@ every reference in ``results/``. A column that lacks what today's rule needs sho
 re-measuring" for that claim, never an old verdict.
 
 **Every verdict names its evidence** (``Result.scope``): measured here (device, scale), estimated
-for a GPU by the allocator model, or measured on a reference machine. A speed claim about GPUs
+for a GPU by the allocator model, cited sources (C10, a historical claim), or measured on a reference
+machine. A speed claim about GPUs
 (``basis="gpu speed"``) run on a CPU takes its verdict from the reference GPU's measurements in
 ``results/`` judged by today's rule; this machine's figures are shown beside it, "on your machine".
 
@@ -570,7 +571,7 @@ class Result:
     """One claim's result: the verdict its judge gave on its measurements, with what it stands on.
 
     ``measurements`` is what the check measured (``evidence`` is the same dict), ``scope`` what
-    the verdict stands on (``basis``: measured / estimated / reference, and ``text``), ``local`` the
+    the verdict stands on (``basis``: measured / estimated / cited / reference, and ``text``), ``local`` the
     judgement of this machine's own measurements when the verdict stands on another machine's
     (a GPU speed claim run on a CPU), ``conditions`` the judged conditions."""
 
@@ -646,7 +647,7 @@ class Result:
             small.append(f"article: {e(self.figure)}")
         basis = (self.scope or {}).get("basis")
         if basis:
-            small.append({"measured": "measured here", "estimated": "estimated for a GPU",
+            small.append({"measured": "measured here", "estimated": "estimated for a GPU", "cited": "cited sources",
                           "reference": (f"on the reference GPU ({e(str(self.scope['machine']))}"
                                         + (f", older evidence: {e(str((self.scope.get('age') or {}).get('measured_on') or 'undated'))}"
                                            if self.scope.get("stale") else "") + ")"
@@ -1161,7 +1162,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         return jr, scope, local
     if ref is None:
         jr = Judgement("needs re-measuring",
-                       f"The article's figure is for GPUs, and no reference GPU measurement in results/ "
+                       f"{claim.id} is judged on a GPU (its rule says why), and no reference GPU measurement in results/ "
                        f"has what today's rule needs: a GPU run would decide it. On your machine: "
                        f"{j.summary}", j.reading)
         return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local
@@ -1235,6 +1236,8 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
     conditions and rule replaced (the stored ones kept as ``stored_verdict``); an entry without
     measurements (a claim no check reached) is returned as it is.
 
+    The paraphrase and the article's figure are replaced by today's declaration's as well.
+
     ``meta`` is its column's: a column of an older measuring protocol says so in the summary and in
     ``scope.stale``/``scope.age``. ``conflicts`` are its column's (:func:`column_conflicts`): a claim
     that reads a quantity the column contradicts itself on is not decided by it ("needs re-measuring",
@@ -1251,7 +1254,7 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
     if scope.get("text", "").startswith("measured here: "):  # a stored column: here is that machine
         scope = dict(scope, text="measured on " + scope["text"][len("measured here: "):])
     j.summary = j.summary.replace(f"[Evidence: measured here: {m.label}.]", f"[Evidence: measured on {m.label}.]")
-    if meta is not None and scope.get("basis") in ("measured", "estimated"):  # decided by this column itself
+    if meta is not None and scope.get("basis") in ("measured", "estimated", "cited"):  # decided by this column itself
         mine = [c for c in conflicts or () if claim.id in c.get("claims", ())]
         if mine and j.verdict != "needs re-measuring":
             j = _conflicted(claim, f"This column ({m.label})", mine, None, j, m)
@@ -1283,8 +1286,10 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
         if stale:
             j.summary = f"{j.summary} Memory and batch cells: {stale}"
     e.setdefault("stored_verdict", entry.get("verdict"))
+    # what the claim says (its paraphrase, the article's figure as it gives it) is today's declaration too
     e.update(verdict=j.verdict, summary=_summary_with_scope(claim, j.summary, scope), reading=j.reading,
-             scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values)
+             scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values,
+             paraphrase=claim.paraphrase, figure=claim.figure)
     e.pop("evidence", None)
     return e
 

@@ -76,11 +76,12 @@ C10 = declare(
     "C10", section='2', kind='historical', notebook=NOTEBOOK,
     paraphrase='no_grad became the recommended idiom around PyTorch 0.4, replacing manual workarounds',
     figure='0.4',
-    rule=Rule("Historical, decided by the cited sources on its first half only: holds when the PyTorch 0.4.0 "
-              "migration guide (April 2018) and the v0.4.0 release notes are the stored sources, which deprecate "
-              "the volatile flag in favour of torch.no_grad() and torch.set_grad_enabled() (0.4 replaced "
-              "volatile with no_grad). The second half, that no_grad replaced manual workarounds (detach, "
-              "clone), is not supported by the sources, and the verdict says so. Today's torch is shown "
+    rule=Rule("Historical, decided by the cited sources on its first half only: holds on that half when the "
+              "PyTorch 0.4.0 migration guide (April 2018) and the v0.4.0 release notes are the stored sources, "
+              "which deprecate the volatile flag in favour of torch.no_grad() and torch.set_grad_enabled() (0.4 "
+              "replaced volatile with no_grad). The second half, that no_grad replaced manual workarounds (detach, "
+              "clone), is not supported by the sources: the verdict does not cover it, and its summary and reading "
+              "begin by saying so. The evidence is the citation, not a measurement. Today's torch is shown "
               "(no_grad works; Variable(volatile=True) warns and has no effect): consistent with them or not, it "
               "dates nothing and never decides."))
 
@@ -123,8 +124,9 @@ def judge_c10(m, rule):
     volatile_ignored = y["requires_grad"] and y["grad_fn"] is not None
     messages = v["warnings"]
     today = m["torch.no_grad_exists"] and m["no_grad_stops_tracking"] and volatile_ignored and bool(messages)
-    summary = (f"Holds on its first half: 0.4 replaced volatile with no_grad; the workarounds half is not "
-               f"supported by the sources. The PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 "
+    summary = (f"Holds on its first half only: 0.4 replaced volatile with no_grad; the workarounds half is not "
+               f"supported by the sources and not covered by this verdict. The PyTorch 0.4.0 migration guide "
+               f"({MIGRATION_GUIDE}) and the v0.4.0 "
                f"release notes ({RELEASE_NOTES}) deprecate the volatile flag in favour of torch.no_grad() and "
                f"torch.set_grad_enabled(); they name no detach/clone workaround that no_grad replaced. "
                f"Today's torch {m['torch']}, shown, not deciding: "
@@ -133,9 +135,12 @@ def judge_c10(m, rule):
                + f" (x * volatile_v has grad_fn {y['grad_fn']}), "
                + ("consistent with the sources." if today else "not as the sources describe (a later release "
                                                              "may have changed it; it dates nothing)."))
-    return Judgement("holds", summary, "First half only: the 0.4.0 migration guide and release notes replaced "
-                                       "volatile=True by torch.no_grad(); the workarounds half is not supported by "
-                                       "them. Today's torch is shown, not counted.")
+    scope = {"basis": "cited",
+             "text": f"cited: the PyTorch 0.4.0 migration guide ({MIGRATION_GUIDE}) and the v0.4.0 release notes "
+                     f"({RELEASE_NOTES}); today's torch ({m['torch']}) shown beside them, not deciding"}
+    return Judgement("holds", summary, "Holds on its first half only: the 0.4.0 migration guide and release notes "
+                                       "replaced volatile=True by torch.no_grad(); the workarounds half is not "
+                                       "supported by them. Today's torch is shown, not counted.", scope=scope)
 
 
 def _files_mentioning(package: str, needle: str = "no_grad") -> "dict | None":
@@ -214,8 +219,9 @@ C08 = declare(
     rule=Rule("Per workload at the article's model sizes and two batches (1 and the default), the "
               "estimated activation bytes a training step saves for backward are compared with parameter + "
               "gradient + SGD-momentum bytes (the allocator model's estimate on a virtual CUDA device): holds "
-              "when activations are larger in every condition, does not hold when in none, depends otherwise "
-              "(the crossover batch says where)."))
+              "when activations are larger than those three together in every condition, does not hold when in "
+              "none, depends otherwise (the crossover batch says where). Larger than each of the three alone (the "
+              "largest single part) is a weaker reading of 'largest share': shown, not counted."))
 
 
 @C08.measures
@@ -279,8 +285,13 @@ def judge_c08(m, rule):
                f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
                f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
                "to 4P/slope); below it the weights and their companions dominate.")
-    reading = (f"Activations are the largest part of a training step's memory in {sum(c['reading'] == 'agrees' for c in conds)} "
-               f"of {len(conds)} conditions: above each workload's crossover batch, not below it.")
+    single = (sum(r["activation_bytes"] > r["parameters_bytes"] for r in rows)
+              if all("parameters_bytes" in r for r in rows) else None)
+    reading = (f"Activations outweigh parameters + gradients + momentum together in "
+               f"{sum(c['reading'] == 'agrees' for c in conds)} of {len(conds)} conditions: above each workload's "
+               f"crossover batch, not below it"
+               + (f" (as the largest single part, more than any one of the three, in {single} of {len(conds)}: "
+                  "shown, not counted)" if single is not None else "") + ".")
     return Judgement(verdict, summary, reading, conds)
 
 
@@ -293,12 +304,13 @@ C09 = declare(
     chart_rank=1,
     key_chart=("C09: largest batch under the article's 12 GiB",
                "ResNet-50 at full size: training step, grad-enabled forward and eval + no_grad forward."),
-    paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch about 2.5 times the training batch',
-    figure='~2.5x',
+    paraphrase='on a 12 GB GPU, a ResNet-50 evaluated under no_grad takes a batch up to about 2.5 times the training batch',
+    figure='up to ~2.5x',
     rule=Rule("The factor largest eval+no_grad batch / largest training-step batch for ResNet-50 at full size under "
               "12 GiB (the allocator model's estimate, or on a GPU its real OOM search where one was made) is "
-              "read against 'about 2.5x', 2.0x to 3.0x (within 20 %), unrounded: holds inside, does not hold "
-              "outside. A search that reached its limit makes the factor a bound, deciding only where the bound "
+              "read against the article's 'up to about 2.5x' at its figure, about 2.5x: 2.0x to 3.0x (within "
+              "20 %), unrounded: holds inside, does not hold outside (above, more fits than the article's 'up "
+              "to'; below 2.0x, less than the figure it gives for this one model, GPU and batch). A search that reached its limit makes the factor a bound, deciding only where the bound "
               "lies outside the band (else inconclusive).",
               band=Band("about", C09_FIGURE, unit="x")))
 
@@ -376,9 +388,9 @@ def judge_c09(m, rule):
     factor = _format.ratio(vs_train) + (f" (a {bound}: a search reached its limit)" if bound else "")
     side = ("above" if vs_train > rule.band.edges[1] else "below") if reading == "disagrees" else None
     lead = (f"No_grad fits {'more' if side == 'above' else 'less'} than the article says: {_format.ratio(vs_train)} the "
-            f"training batch against about {_format.ratio(C09_FIGURE, 1)}. " if side else "")
+            f"training batch against up to about {_format.ratio(C09_FIGURE, 1)}. " if side else "")
     summary = (lead + f"{name} under {gib:g} GiB ({how}): largest batch {batches}; eval+no_grad fits {factor} the "
-               f"training batch (article: {rule.band.text()})"
+               f"training batch (article: up to {rule.band.text()})"
                + (f" and {_format.ratio(vs_grad)} the grad-enabled forward's" if vs_grad is not None else "") + ". ")
     summary += ("The direction holds (more fits under no_grad); " if vs_train > 1 else
                 "Not even the direction holds (no more fits under no_grad); ")
@@ -392,8 +404,8 @@ def judge_c09(m, rule):
               "side": side, "rounds": None, "rounds_to_decide": None, "bound": bound}]
     scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
              if real else None)
-    return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's about "
-                                       f"{C09_FIGURE}x.", conds, scope)
+    return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's up to "
+                                       f"about {C09_FIGURE}x.", conds, scope)
 
 
 def _batch_text(n: int, capped: bool) -> str:

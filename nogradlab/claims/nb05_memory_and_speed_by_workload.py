@@ -251,9 +251,10 @@ C19 = declare(
     "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
-    paraphrase='for transformers the saving per token is smaller but grows with sequence length',
+    paraphrase='for transformers the saving is a little smaller when counted per token, but it builds up as sequences get longer',
     figure=None,
-    rule=Rule("The memory saved by no_grad (grad vs no_grad forward, totals) is read per series of full-size "
+    rule=Rule("The fraction of memory saved by no_grad (1 - no_grad forward's peak / grad forward's, totals) is read "
+              "per series of full-size "
               "estimates of transformer_base against sequence length (the allocator model on a virtual CUDA "
               "device, and fused attention on a fake CPU device; a GPU's own real series at full size too): "
               "agrees when it grows monotonically; holds when every deciding series grows, does not hold when "
@@ -262,8 +263,8 @@ C19 = declare(
               "before, 20-40 %) compares with C18's workloads, outside this claim's measurements, and its "
               "shortest-length saving is shown, not judged. The article's mechanism, savings that compound per "
               "token, is read from the saved-for-backward bytes per token: where they stay flat or fall the "
-              "summary says compounding per token is not observed (the fraction then grows only because the "
-              "fixed weights weigh less). A tiny real run is shown 'on your machine', never deciding."))
+              "summary says so and that compounding per token is not observed (only the fraction of memory saved "
+              "grows, because the fixed weights weigh less). A tiny real run is shown 'on your machine', never deciding."))
 
 
 @C19.measures
@@ -302,8 +303,11 @@ def judge_c19(m, rule):
     flat = [c["condition"] for c in conds if c["reading"] == "disagrees"]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
     tok_grows = {k: v[-1] > 1.05 * v[0] for k, v in per_token.items() if k in decide}
-    tok = "; ".join(f"{k}: {per_token[k][0]} -> {per_token[k][-1]} KiB "
-                    f"({'grows' if g else 'flat or falling'})" for k, g in tok_grows.items())
+
+    def way(v):  # bytes per token from the shortest to the longest length
+        return "grows" if v[-1] > 1.05 * v[0] else "falls" if v[-1] < v[0] else "flat (within 5 %)"
+
+    tok = "; ".join(f"{k}: {per_token[k][0]} -> {per_token[k][-1]} KiB ({way(per_token[k])})" for k in tok_grows)
     first = [v[0]["memory_saved"] for v in decide.values()]
     shortest = min(v[0]["seq_len"] for v in decide.values())
     first_text = (f"{min(first):.0%}" if f"{min(first):.0%}" == f"{max(first):.0%}" else
@@ -311,8 +315,10 @@ def judge_c19(m, rule):
     side = (", more than the 20-40 % the article gives the feed-forward networks, not less" if min(first) > 0.40
             else ", less than the feed-forward networks' 20-40 %" if max(first) < 0.20 else "")
     if not any(tok_grows.values()):
-        compound = ("Compounding per token is not observed: the bytes saved per token stay flat or fall, so the "
-                    "fraction grows only because the fixed weights weigh less at longer sequences.")
+        fall = all(way(per_token[k]) == "falls" for k in tok_grows)
+        compound = ("Compounding per token is not observed: the bytes saved per token "
+                    + ("fall" if fall else "stay flat or fall") + " with length, so only the fraction of memory "
+                    "saved grows, because the fixed weights weigh less at longer sequences.")
     elif all(tok_grows.values()):
         compound = ("The bytes saved per token grow too (kept L x L attention probabilities add a quadratic "
                     "term): the saving compounds per token.")
@@ -320,9 +326,9 @@ def judge_c19(m, rule):
         compound = ("The bytes saved per token grow in " + ", ".join(k for k, g in tok_grows.items() if g)
                     + " (kept L x L attention probabilities add a quadratic term) and stay flat or fall in the "
                     "others, where compounding per token is not observed.")
-    summary = (f"Judged on its second half only (the saving grows with sequence length): it grows in "
+    summary = (f"Judged on its second half only (the fraction of memory saved grows with sequence length): it grows in "
                f"{len(conds) - len(flat)} of {len(conds)} full-size series. {compound} "
-               f"Memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs sequence "
+               f"Fraction of memory saved by no_grad (grad vs no_grad forward, eval mode, totals incl. weights) vs sequence "
                f"length, full-size series: {'; '.join(_series_text(k, v) for k, v in decide.items())}; it grows "
                f"in {len(conds) - len(flat)} of {len(conds)} series"
                + (f" (not monotone: {', '.join(flat)}" if flat else "")
@@ -337,8 +343,9 @@ def judge_c19(m, rule):
         summary += " On your machine (real runs, not deciding): " + "; ".join(
             _series_text(k, v) + (" (grows)" if len(v) > 1 and _grows(v) else " (not monotone)" if len(v) > 1 else "")
             for k, v in shown.items()) + "."
-    reading = (f"Second half only: the saving grows with sequence length in {len(conds) - len(flat)} of {len(conds)} "
-               "full-size series" + ("; compounding per token is not observed" if not any(tok_grows.values()) else "")
+    reading = (f"Second half only: the fraction of memory saved grows with sequence length in {len(conds) - len(flat)} "
+               f"of {len(conds)} full-size series" + ("; the bytes saved per token do not grow (compounding per token is "
+                                                      "not observed)" if not any(tok_grows.values()) else "")
                + "; 'slightly smaller than the feed-forward networks' is not judged.")
     return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide))
 

@@ -16,7 +16,7 @@ from nogradlab.core import modes
 from nogradlab.claims import Judgement, declare
 from nogradlab.claims.measure import _build, _forward_fn, _train_fn
 from nogradlab.claims.probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
-from nogradlab.claims.rules import Band, Rule, TIE, edge_margin, proxy_text
+from nogradlab.claims.rules import OLD_PROTOCOL_WIDENING, Band, Rule, TIE, proxy_text, widened_text, widening
 
 NOTEBOOK = "06_decorators_contexts_and_autocast"
 
@@ -322,8 +322,9 @@ C23 = declare(
               "forward time no_grad saves from the shared forward timing of C03 (95 % CI), with the transformer's "
               "fused fast path and without it, then the fall of each workload's profiled host-side self CPU time "
               "under no_grad (on a GPU the CPU issuing the operators, not device time; single profiled runs without an "
-              "interval: shown with no side). An older protocol's interval that ends within 1 percentage point "
-              "of an edge gets no side either. The mechanism is shown: "
+              "interval: shown with no side). An older protocol's interval, which under-covers, is "
+              + widened_text(OLD_PROTOCOL_WIDENING) + ", and gets no side either if it then crosses an edge. "
+              "The mechanism is shown: "
               "the profile's autograd share and op counts.",
               band=Band("about", 0.28), tie=TIE))
 
@@ -411,14 +412,14 @@ def judge_c23(m, rule):
                 drops.append((f"{w} {case}", 1 - t / base))
     if not drops:  # older columns stored the fall itself
         drops = [(f"{w} no_grad", v) for w, v in (m.get("total_op_time_drop") or {}).items()]
-    def side(text):  # "inside", "above", "below", "across an edge", "within 1 percentage point of an edge (no side)"
+    def side(text):  # "inside", "above", "below", "across an edge", "across an edge once widened 2.5x ... (no side)"
         return text.split(" of the article's")[0].split(" the article's")[0]
 
     # a profiled fall is one run without an interval (it varies by several points between runs and releases):
     # shown without a side; a timed forward is read by its interval, with its protocol's edge margin
     proxies = [f"{name} {v:.0%}" for name, v in drops]
     proxies += [f"{r['workload']}@{r['batch']} {r['case']} {r['time_saved']:.0%} [{r['time_saved_ci'][0]:.0%}, "
-                f"{r['time_saved_ci'][1]:.0%}] ({side(proxy_text(rule.band, r['time_saved'], *r['time_saved_ci'], margin=edge_margin(m.protocol)))})"
+                f"{r['time_saved_ci'][1]:.0%}] ({side(proxy_text(rule.band, r['time_saved'], *r['time_saved_ci'], widen=widening(m.protocol)))})"
                 for r in (fwd or [])]
     # the profiler's self time is the host's: on a GPU it is the CPU issuing the operators (kernel launches
     # included), not the device's time, and the profiles were taken at the column's profiling scale

@@ -176,9 +176,15 @@ X05 = declare(
     figure=None,
     rule=Rule("Per workload and batch, forward speedups over grad (shared timing, eval mode, 95 % CIs, at "
               "least 10 rounds). A condition agrees when some lever's CI lies wholly above plain no_grad's "
-              "and it is at least 5 % faster; disagrees when every lever's CI upper end stays below 5 % "
-              "faster than no_grad (below the claim); unresolved otherwise; " + AGGREGATE + ". The levers are GPU levers: off a GPU the "
-              "reference GPU's measurements decide." + SELF_CONTRADICTION, threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
+              "and it is at least 5 % faster; disagrees when no lever can be 5 % faster than no_grad: each "
+              "lever's paired interval over no_grad (the same rounds) ends below 1.05x, or, where a column "
+              "stored no paired interval (older columns; torch.compile, timed on its own), its interval over "
+              "grad ends below 1.05x the lower end of no_grad's (interval against interval); unresolved "
+              "otherwise. A row whose cross-check fails is a disturbed timing and unresolved: inference_mode "
+              "does no_grad's work with less bookkeeping, so its interval against no_grad (paired where "
+              "stored, else its interval's lower end against no_grad's) must not reach 5 % slower; " + AGGREGATE + ". The "
+              "levers are GPU levers: off a GPU the reference GPU's measurements decide." + SELF_CONTRADICTION,
+              threshold=0.05, min_samples=MIN_BOOTSTRAP_ROUNDS, tie=TIE))
 
 
 @X05.measures
@@ -227,12 +233,15 @@ def x05(ctx):
             won = [k for k in levers if _beats(speedup, ci, k, "no_grad", margin)]
             beats[f"{name}@{b}"] = won
             im = c.ratio("no_grad", "inference_mode")
+            # each lever timed in the shared rounds against no_grad, paired (compile is timed on its own)
+            vs_no_grad = {k: list(c.ratio("no_grad", k)) for k in speedup
+                          if k.startswith("no_grad+") and k not in unpaired}
             rows.append({"workload": name, "batch": b, "speedup": speedup, "ci": ci, "rounds": cmp.rounds,
                          "median_ms": {k: t.median * 1e3 for k, t in cmp.timings.items()},
                          "ranking": order, "tiers": tiers,
                          "no_grad_rank": order.index("no_grad") + 1,
                          "no_grad_tier": next(i for i, t in enumerate(tiers, 1) if "no_grad" in t),
-                         "inference_mode_vs_no_grad": [im[0], im[1], im[2]],
+                         "inference_mode_vs_no_grad": [im[0], im[1], im[2]], "vs_no_grad": vs_no_grad,
                          "beats_no_grad": won, "skipped": skipped, "state": c.state,
                          "unpaired_ci": unpaired})
 
@@ -246,19 +255,51 @@ def x05(ctx):
                                                       for r in rows]).strip()}
 
 
-def _implausible(r) -> bool:
-    """inference_mode reads clearly slower than no_grad: the paired ratio's whole interval below 1
-    where the row stores it, else inference_mode's whole interval below no_grad's (overlapping
-    intervals are a tie, never 'slower'). inference_mode skips everything no_grad skips and more
-    (version counters, view tracking), so such a row is a disturbed timing, not a measurement of either."""
+def _triple(v) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v)
+
+
+def _implausible(r, margin: float = 0.05) -> bool:
+    """The row's cross-check fails: inference_mode reads clearly slower than no_grad, or could be ``margin``
+    (the rule's 5 %) slower. inference_mode skips everything no_grad skips and more (version counters, view
+    tracking), so it cannot be slower; a row whose timing cannot rule that out cannot resolve a 5 % difference
+    between levers either: a disturbed timing, not a measurement of either. Read from the paired ratio of
+    inference_mode over no_grad where the row stores it (its upper end below 1, or its lower end below
+    1 - margin), else (older columns) from inference_mode's interval over grad against no_grad's (wholly below
+    it, or its lower end below (1 - margin) x no_grad's lower end: interval against interval)."""
     paired = r.get("inference_mode_vs_no_grad")
-    if isinstance(paired, (list, tuple)) and len(paired) == 3 and all(isinstance(v, (int, float)) for v in paired):
-        return paired[2] < 1
+    if _triple(paired):
+        return paired[2] < 1 or paired[1] < 1 - margin
     ci = r.get("ci") or {}
     im, ng = ci.get("inference_mode"), ci.get("no_grad")
     if not isinstance(im, (list, tuple)) or not isinstance(ng, (list, tuple)):
         return False
-    return im[1] < ng[0]
+    return im[1] < ng[0] or im[0] < (1 - margin) * ng[0]
+
+
+def _paired_lever(r, k) -> "list | None":
+    """A lever's paired speedup over no_grad (point, CI low, CI high) from the same rounds, None where the row
+    stores none (older columns; torch.compile, timed on its own)."""
+    v = (r.get("vs_no_grad") or {}).get(k)
+    return list(v) if _triple(v) else None
+
+
+def _ruled_out(r, k, margin) -> bool:
+    """Lever ``k`` cannot be ``margin`` faster than no_grad: its paired interval over no_grad ends below
+    1 + margin, or (no paired interval) its interval over grad ends below (1 + margin) x no_grad's lower end,
+    an interval against an interval."""
+    p = _paired_lever(r, k)
+    if p is not None:
+        return p[2] < 1 + margin
+    return r["ci"][k][1] < (1 + margin) * r["ci"]["no_grad"][0]
+
+
+def _clearly_slower(r) -> bool:
+    """inference_mode's paired ratio over no_grad wholly below 1, else its interval wholly below no_grad's."""
+    paired = r.get("inference_mode_vs_no_grad")
+    if _triple(paired):
+        return paired[2] < 1
+    return r["ci"]["inference_mode"][1] < r["ci"]["no_grad"][0]
 
 
 def _x4(point, lo, hi) -> str:
@@ -276,18 +317,19 @@ def _paired(r) -> str:
 def _x05_unresolved_why(r, margin, min_rounds) -> str:
     """Why a row reads unresolved, in its own numbers (see :func:`_x05_reading`)."""
     sp, ci = r["speedup"], r["ci"]
-    if _implausible(r):
-        return ""  # said on its own
     rounds = r.get("rounds")
     if rounds is not None and rounds < min_rounds:
         return f"{r['workload']}@{r['batch']} is read unresolved: {rounds} timing rounds, under the {min_rounds} the rule asks"
     lo_ng, hi_ng = ci["no_grad"]
-    line = (1 + margin) * sp["no_grad"]
-    open_ = [k for k in sp if k.startswith("no_grad+") and not (ci[k][1] < line or ci[k][1] <= lo_ng)]
+    open_ = [k for k in sp if k.startswith("no_grad+") and not _ruled_out(r, k, margin)
+             and not _beats(sp, ci, k, "no_grad", margin)]
     why = []
     for k in open_:
         lo, hi = ci[k]
-        if lo <= hi_ng:
+        p = _paired_lever(r, k)
+        if p is not None:
+            why.append(f"{k} over no_grad, paired, {_x4(*p)} reaches {1 + margin:.2f}\u00d7")
+        elif lo <= hi_ng:
             why.append(f"{k} {_x4(sp[k], lo, hi)} reaches down to no_grad's {_x4(sp['no_grad'], lo_ng, hi_ng)} "
                        "(its lower end at or below no_grad's upper end)")
         else:
@@ -295,13 +337,24 @@ def _x05_unresolved_why(r, margin, min_rounds) -> str:
                        f"less than {margin:.0%} faster at its point")
     if not why:
         return ""
-    return (f"{r['workload']}@{r['batch']} is read unresolved: " + " and ".join(why)
+    return (f"{r['workload']}@{r['batch']} " + ("also reads unresolved by its levers" if _implausible(r, margin)
+                                                else "is read unresolved") + ": " + " and ".join(why)
             + ", so it is neither clearly faster than no_grad nor ruled out")
+
+
+def _ruled_out_text(r, k, margin) -> str:
+    """How lever ``k`` was ruled out, in its own numbers (:func:`_ruled_out`)."""
+    p = _paired_lever(r, k)
+    if p is not None:
+        return f"{k} over no_grad, paired: {_x4(*p)}, below {1 + margin:.2f}\u00d7"
+    lo, hi = r["ci"][k]
+    return (f"{k} {_x4(r['speedup'][k], lo, hi)} over grad: its upper end lies below {1 + margin:.2f} \u00d7 no_grad's "
+            f"lower end ({_format.ratio(r['ci']['no_grad'][0], 4)}), interval against interval, no paired interval stored")
 
 
 def _x05_reading(r, margin, min_rounds) -> str:
     sp, ci = r["speedup"], r["ci"]
-    if _implausible(r):
+    if _implausible(r, margin):
         return "unresolved"
     levers = [k for k in sp if k.startswith("no_grad+")]
     if not levers:
@@ -311,8 +364,7 @@ def _x05_reading(r, margin, min_rounds) -> str:
         return "unresolved"
     if any(_beats(sp, ci, k, "no_grad", margin) for k in levers):
         return "agrees"
-    line = (1 + margin) * sp["no_grad"]
-    if all(ci[k][1] < line or ci[k][1] <= ci["no_grad"][0] for k in levers):
+    if all(_ruled_out(r, k, margin) for k in levers):
         return "disagrees"
     return "unresolved"
 
@@ -329,6 +381,8 @@ def judge_x05(m, rule):
         reading = _x05_reading(r, margin, rule.min_samples)
         conds.append({"condition": f"{r['workload']}@{r['batch']}", "reading": reading,
                       "side": "below" if reading == "disagrees" else None, "beats_no_grad": won, "levers": [k for k in r["speedup"] if k.startswith("no_grad+")]})
+        if _implausible(r, margin):
+            conds[-1]["disturbed"] = True
     verdict = verdict_of(c["reading"] for c in conds)
 
     def fmt_tiers(r):
@@ -361,15 +415,24 @@ def judge_x05(m, rule):
                f"no_grad's and it is at least {margin:.0%} faster: "
                + ", ".join(f"{c['condition']}: {', '.join(c['beats_no_grad']) or 'none'} ({c['reading']})" for c in conds)
                + f". torch.compile: {m.get('compile_skipped') or 'included where it compiled'}." + gpu + cpu_note)
-    odd = [r for r in timed if _implausible(r)]
+    odd = [r for r in timed if _implausible(r, margin)]
     if odd:
         summary += " " + "; ".join(
-            f"{r['workload']}@{r['batch']} is read unresolved: inference_mode times "
+            f"{r['workload']}@{r['batch']} is read unresolved, a disturbed timing: inference_mode times "
             f"{_format.ratio_ci(r['speedup']['inference_mode'], *r['ci']['inference_mode'], noisy=False)} against no_grad's "
             f"{_format.ratio_ci(r['speedup']['no_grad'], *r['ci']['no_grad'], noisy=False)}"
-            + (f" (paired, inference_mode over no_grad {_paired(r)})" if _paired(r) else "")
-            + ", clearly slower, which cannot be (inference_mode skips all that no_grad skips and more): a disturbed timing"
+            + (f" (paired, inference_mode over no_grad {_paired(r)})" if _paired(r) else " (unpaired: this column "
+               "stored no paired interval)")
+            + f", which {'reads clearly slower' if _clearly_slower(r) else f'cannot rule out {margin:.0%} slower'}; "
+              "inference_mode skips all that no_grad skips and more, so it cannot be slower, and rounds this "
+              f"disturbed cannot resolve a {margin:.0%} difference between levers"
             for r in odd) + "."
+    gone = [(r, c) for r, c in zip(timed, conds) if c["reading"] == "disagrees" and c["levers"]]
+    if gone:
+        summary += (f" No lever can be {margin:.0%} faster than no_grad in "
+                    + "; ".join(f"{c['condition']} ("
+                                + ", ".join(_ruled_out_text(r, k, margin) for k in c["levers"]) + ")"
+                                for r, c in gone) + ".")
     why = [w for r, c in zip(timed, conds) if c["reading"] == "unresolved"
            for w in [_x05_unresolved_why(r, margin, rule.min_samples)] if w]
     if why:

@@ -21,13 +21,16 @@ def test_tiers_join_overlapping_intervals_with_equals_and_rank_only_disjoint_one
     assert line == "a 1.50\u00d7 = b 1.14\u00d7 = c 1.00\u00d7 > d 0.50\u00d7", line
 
 
-def test_inference_mode_overlapping_no_grad_is_no_disturbed_timing_and_the_open_lever_is_named():
+def test_inference_mode_reaching_far_below_no_grad_is_a_disturbed_timing_and_the_open_lever_is_named():
     # X05's own reasons (the column's resnet50 conflict with C20, which makes it "needs re-measuring" in the
-    # report, left out: tests/claims/test_audit_verdicts.py holds that)
+    # report, left out: tests/claims/test_audit_verdicts.py holds that). Overlapping intervals are no "clearly
+    # slower"; but inference_mode's [0.78, 1.21] reaching more than 5 % below no_grad's [1.05, 1.22] is a failed
+    # cross-check (issue 37's audit): a disturbed timing, said as such
     stored = json.loads((ROOT / "results" / "cuda-nvidia-h200" / "claims.json").read_text())
     e = claims.judge_entry(next(e for e in stored["claims"] if e["id"] == "X05"), stored["meta"])
     s = e["summary"]
-    assert "clearly slower" not in s and "disturbed timing" not in s, s
+    assert "reads clearly slower" not in s and "resnet50@32 is read unresolved, a disturbed timing" in s, s
+    assert "cannot rule out 5% slower" in s, s
     assert "no_grad+channels_last 1.14\u00d7 > inference_mode" not in s, s
     assert "no_grad+compile 1.51\u00d7 [1.2238\u00d7, 2.0118\u00d7] reaches down to no_grad's 1.15\u00d7 [1.0496\u00d7, 1.2244\u00d7]" in s, s
     assert e["verdict"] == "inconclusive"
