@@ -1,6 +1,7 @@
 """Command line: ``python -m nogradlab run`` (the executable article), ``python -m nogradlab claims`` and
 ``python -m nogradlab estimate`` (your own model's GPU memory, without a GPU).
 
+    python -m nogradlab --version
     python -m nogradlab run    [--device auto] [--scale auto] [--out nogradlab-run] [--notebooks DIR] [--results DIR]
     python -m nogradlab claims [--device auto] [--scale auto] [--json FILE] [--ids C01,C02] [--seed 0] [--force]
     python -m nogradlab estimate MODULE:FACTORY --input 3x224x224 [--dtype float32] --gpu 24GiB
@@ -28,15 +29,19 @@ __all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:
+    from nogradlab import __version__
+
     p = argparse.ArgumentParser(prog="python -m nogradlab",
                                 description="What torch.no_grad really does: the article's claims, measured.")
+    p.add_argument("--version", action="version", version=f"nogradlab {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="{run,claims,estimate}")
 
     def common(sp):
         sp.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default auto)")
         sp.add_argument("--scale", default="auto",
                         help="auto, tiny, small or full (default auto: full on CUDA, tiny elsewhere)")
-        sp.add_argument("--no-progress", action="store_true", help="no progress bar")
+        sp.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (there is none anyway where standard error is not a terminal)")
 
     r = sub.add_parser("run", help="execute every notebook and write the report")
     common(r)
@@ -50,8 +55,9 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--ids", default=None, help="comma-separated claim ids (default all), e.g. C01,C02")
     c.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     c.add_argument("--results", default=None,
-                   help="reference runs shown beside the verdicts, judged by today's rules "
-                        "(default results/ when it exists; --no-results for none)")
+                   help="folder of reference runs (<machine>/claims.json) shown beside the verdicts and judged by "
+                        "today's rules (default: ./results when it exists, else the reference runs installed with "
+                        "the package; --no-results for none)")
     c.add_argument("--no-results", action="store_true", help="show no reference columns")
     c.add_argument("--force", action="store_true",
                    help="let --json replace a complete claims.json with a partial one (--ids, or a check failed)")
@@ -69,8 +75,19 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--allocator", default="native", help="native or expandable_segments (default native)")
     e.add_argument("--batch", type=int, default=1, help="the batch of the peaks shown (default 1)")
     e.add_argument("--json", default=None, metavar="FILE", help="also write the results here")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (there is none anyway where standard error is not a terminal)")
     return p
+
+
+def _progress(args) -> bool:
+    """A progress bar only on a terminal: one drawn into a log (CI, ``> run.log``) is a wall of carriage returns."""
+    if args.no_progress:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 class _Loading:
@@ -165,7 +182,7 @@ def _main(argv=None, loading: "_Loading | None" = None) -> int:
     try:
         if args.cmd == "run":
             outcome = runner.run(dev, args.scale, args.out, args.notebooks, args.results,
-                                 progress=not args.no_progress, command=command)
+                                 progress=_progress(args), command=command)
             print(report.terminal_table(outcome.doc, outcome.refs, color=color))
             meta = outcome.doc["meta"]
             if outcome.ok:
@@ -182,7 +199,7 @@ def _main(argv=None, loading: "_Loading | None" = None) -> int:
             if (Path(args.out) / "report.html").exists():
                 print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)
             return 130 if meta.get("interrupted") else 1
-        doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=not args.no_progress,
+        doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=_progress(args),
                                   command=command)
         print(report.terminal_table(doc, refs, color=color))
         if args.json:
@@ -232,7 +249,7 @@ def _estimate(args, command: str, loading: "_Loading | None" = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        doc = estimate_cmd.run(req, progress=not args.no_progress, command=command)
+        doc = estimate_cmd.run(req, progress=_progress(args), command=command)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

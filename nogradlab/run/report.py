@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import textwrap
 import sys
 import unicodedata
 from pathlib import Path
@@ -359,7 +360,8 @@ def plain_text(text) -> str:
 
 def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
     """The verdict table as text: id, verdict (this run), one verdict column per reference, the
-    article's figure and the measured summary cut to the terminal width."""
+    article's figure and the measured summary, wrapped to the terminal width (never cut). Only the
+    claims of ``doc`` (those asked for) are listed, in the reference lines too."""
     if width is None:
         width = shutil.get_terminal_size((120, 24)).columns
     if color is None:
@@ -381,16 +383,20 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
         for m in ref_maps:
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
-        fig = plain_text(c["figure"] or "-")
-        fig = fig if len(fig) <= 12 else fig[:11] + "…"
+        figs = textwrap.wrap(plain_text(c["figure"] or "-"), 12, break_on_hyphens=False) or ["-"]
         summ = plain_text(" ".join(str(c["summary"]).split()))
-        summ = summ if len(summ) <= room else summ[:room - 1] + "…"
-        lines.append("  ".join(cells) + "  " + fig.ljust(14) + summ)
+        wrapped = textwrap.wrap(summ, room, break_long_words=True, break_on_hyphens=False) or [""]
+        lines.append("  ".join(cells) + "  " + figs[0].ljust(14) + wrapped[0])
+        indent = " " * (sum(widths) + 2 * len(widths))
+        for k in range(1, max(len(figs), len(wrapped))):
+            more = (figs[k] if k < len(figs) else "").ljust(14) + (wrapped[k] if k < len(wrapped) else "")
+            lines.append((indent + more).rstrip())
     counts = ", ".join(f"{n} {w}" for w, n in sorted(doc["meta"]["counts"].items()))
     lines.append(plain_text(f"{len(doc['claims'])} claims on {doc['meta']['device_label']}, "
                             f"scale {doc['meta']['scale']}: {counts}"))
+    asked = {c["id"] for c in doc["claims"]}
     for i, (name, r) in enumerate(refs, 1):
-        redo = [rc for rc in r["claims"] if rc.get("verdict") == "needs re-measuring"]
+        redo = [rc for rc in r["claims"] if rc.get("verdict") == "needs re-measuring" and rc["id"] in asked]
         # why each needs re-measuring: a column (its own or its reference GPU's) that contradicts itself on what
         # the claim reads, or one that lacks what today's rule reads
         torn = [rc["id"] for rc in redo if isinstance(rc.get("scope"), dict) and rc["scope"].get("conflicts")]
@@ -407,7 +413,8 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
             + (f" ({len(redo)} claim(s) need re-measuring: {why})" if redo else "")))
     for g in by_release(doc, refs):
         releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
-        changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]) or "none"
+        changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]
+                            if c["id"] in asked) or "none"
         lines.append(plain_text(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): "
                                 f"changed: {changed}"))
     return "\n".join(lines)

@@ -92,3 +92,28 @@ def test_simulate_takes_numpy_integers():
     want = allocator.simulate([("alloc", "a", 10), ("free", "a")], limit_bytes=2 ** 30)
     assert got.allocated_peak_bytes == want.allocated_peak_bytes == 512
     assert got.reserved_peak_bytes == want.reserved_peak_bytes > 0
+
+
+def test_version_and_progress_only_on_a_terminal(capsys, monkeypatch):
+    """Issue 39: `--version`; a progress bar only where standard error is a terminal (not into a log)."""
+    import argparse
+    import io
+
+    import nogradlab
+    from nogradlab import __main__ as cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"nogradlab {nogradlab.__version__}"
+    monkeypatch.setattr("sys.stderr", io.StringIO())  # a log file: not a terminal
+    assert cli._progress(argparse.Namespace(no_progress=False)) is False
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr("sys.stderr", Tty())
+    assert cli._progress(argparse.Namespace(no_progress=False)) is True
+    assert cli._progress(argparse.Namespace(no_progress=True)) is False
+    help_text = cli.parser()._subparsers._group_actions[0].choices["claims"].format_help()
+    assert "installed with the package" in " ".join(help_text.split())

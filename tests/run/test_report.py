@@ -259,3 +259,26 @@ def test_terminal_table_prints_a_references_control_characters_as_visible_escape
         assert re.sub(r"\x1b\[[0-9;]*m", "", table) == re.sub(r"\x1b\[[0-9;]*m", "", table).replace("\x1b", "")
         assert "\x1b[2J" not in table and "\x07" not in table and "\x9b" not in table and "\r" not in table
         assert "\\x1b[2J" in table  # shown, not obeyed
+
+
+def test_terminal_table_wraps_the_measured_column_never_cuts_it_and_names_only_the_claims_asked():
+    """Issue 39: the terminal table cut "measured" at the terminal's width, and a reference line named a claim
+    (C28) that was not asked for."""
+    doc = fake_doc()
+    long = "word " * 60 + "END"
+    doc["claims"][0]["summary"] = long
+    table = report.terminal_table(doc, width=80)
+    assert "…" not in table and "END" in table
+    assert max(len(line) for line in table.splitlines()[:20]) <= 80
+    words = " ".join(line.strip() for line in table.splitlines()).split()
+    assert words.count("word") >= 60
+    # a reference whose other claims changed between releases: only the claims of this run are named
+    asked = doc["claims"][:1]
+    one = dict(doc, claims=asked)
+    ref = json.loads(json.dumps(doc))
+    for c in ref["claims"]:
+        c["verdict"] = "needs re-measuring"
+    text = report.terminal_table(one, [("older", ref)], width=200)
+    others = [c["id"] for c in doc["claims"][1:]]
+    ref_lines = [line for line in text.splitlines() if line.startswith("ref 1")]
+    assert ref_lines and not any(i in ref_lines[0] for i in others)
