@@ -324,7 +324,7 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
     _outdir.remove_ours(work)  # a partial build left by a run that died (the lock is free: nobody is writing)
     (work / "notebooks").mkdir(parents=True)
     _outdir.write_mark(work, run_id=run_id, started=started, state="running", command=command,
-                       entries=list(_outdir.BUILD_ENTRIES))
+                       entries=list(_outdir.BUILD_ENTRIES), files=_written([p.stem for p in nbs]))
     ledger = work / "ledger.jsonl"
     params = {"device": str(dev), "scale": scale}
     records = [{"name": p.stem, "status": "not run", "seconds": 0.0, "ipynb": None, "html": None,
@@ -373,8 +373,16 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
                    state["pending"])
 
 
+def _written(stems) -> list:
+    """What a run may write below its folder's top level, named in its mark from the start (so that whatever
+    else turns up there, a user's copy or ``.ipynb_checkpoints``, is never taken for its own and deleted)."""
+    return ["notebooks"] + [f"notebooks/{s}{ext}" for s in stems for ext in (".ipynb", ".html", ".kernel.log")]
+
+
 def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
     work, out, failed_dir = lay.partial, lay.out, lay.failed
+    mark = {"run_id": run_id, "started": started, "command": command, "entries": list(_outdir.BUILD_ENTRIES),
+            "files": _written([r["name"] for r in records])}
     write_error = None
     doc = None
     try:
@@ -399,7 +407,7 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         print(note, file=sys.stderr)
     try:
         if complete:
-            _outdir.write_mark(work, run_id=run_id, started=started, state="complete", command=command)
+            _outdir.write_mark(work, state="complete", **mark)
             _outdir.replace_dir(work, out, lay.previous)
             _outdir.remove_ours(failed_dir)  # an earlier failure this run supersedes
             return RunOutcome(True, out, doc, refs)
@@ -419,8 +427,7 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         except OSError:
             pass
         try:
-            _outdir.write_mark(work, run_id=run_id, started=started, state="failed", reason=reason,
-                               command=command)
+            _outdir.write_mark(work, state="failed", reason=reason, **mark)
         except OSError:
             pass
         _outdir.replace_dir(work, failed_dir, failed_dir.with_name(failed_dir.name + ".previous"))

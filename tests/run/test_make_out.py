@@ -1,6 +1,7 @@
 """`make run` beside setuptools' build/: the default output folder is one no standard tool makes, and a
 refusal names the option the person typed (`make run OUT=...` from make, `--out` from the command line),
 with an example that is not the folder it refused."""
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -57,3 +58,70 @@ def test_a_refusal_from_the_command_line_names_out_and_never_suggests_the_refuse
     with pytest.raises(outdir.OutputError) as e:
         outdir.prepare(_foreign(tmp_path, outdir.DEFAULT_OUT))
     assert str(e.value).split("e.g.")[-1].strip().rstrip(".") == f"--out {outdir.DEFAULT_OUT}-2"
+
+
+# -- a user's file inside the build's own folders (notebooks/) is never deleted --------------------------------------
+
+def _build(folder, state="complete"):
+    """A build as `run` leaves it: its notebooks, claims.json and its mark (listing what it wrote)."""
+    (folder / "notebooks").mkdir(parents=True)
+    for ext in (".ipynb", ".html"):
+        (folder / "notebooks" / f"01_x{ext}").write_text("built")
+    (folder / "claims.json").write_text("{}")
+    outdir.write_mark(folder, run_id="r1", state=state, entries=list(outdir.BUILD_ENTRIES),
+                      files=runner._written(["01_x"]))
+    return folder
+
+
+def _users_files(folder):
+    nb = folder / "notebooks"
+    (nb / "01_x-Copy1.ipynb").write_text("mine")  # a "Save As" / Duplicate in Jupyter
+    (nb / ".ipynb_checkpoints").mkdir()
+    (nb / ".ipynb_checkpoints" / "01_x-checkpoint.ipynb").write_text("mine too")
+    return {nb / "01_x-Copy1.ipynb", nb / ".ipynb_checkpoints" / "01_x-checkpoint.ipynb"}
+
+
+@pytest.mark.parametrize("where", ["out", "failed", "previous"])
+def test_a_users_file_inside_notebooks_makes_the_build_foreign_and_is_kept(tmp_path, where):
+    out = tmp_path / "build"
+    folder = _build(tmp_path / {"out": "build", "failed": "build.failed", "previous": "build.previous"}[where])
+    assert outdir.is_ours(folder)
+    mine = _users_files(folder)
+    assert not outdir.is_ours(folder)
+    with pytest.raises(outdir.OutputError) as e:
+        outdir.prepare(out)
+    assert where != "out" or ("01_x-Copy1.ipynb" in str(e.value) and ".ipynb_checkpoints" in str(e.value))
+    assert not outdir.remove_ours(folder)
+    assert all(p.read_text().startswith("mine") for p in mine)
+
+
+def test_replacing_a_build_that_gained_a_users_file_keeps_it(tmp_path):
+    out = _build(tmp_path / "build")
+    new = _build(tmp_path / "build.partial")
+    mine = _users_files(out)  # while the new build was running
+    with pytest.raises(outdir.OutputError, match="did not write"):
+        outdir.replace_dir(new, out, tmp_path / "build.previous")
+    assert all(p.exists() for p in mine) and outdir.is_ours(new)
+
+
+def test_a_leftover_temporary_file_of_the_build_is_its_own(tmp_path):
+    out = _build(tmp_path / "build")
+    (out / "notebooks" / ".01_x.html.123-0123abcd.tmp").write_text("half")  # a write killed midway
+    (out / ".claims.json.77-89abcdef.tmp").write_text("half")
+    assert outdir.is_ours(out)
+    (out / "notebooks" / ".mine.html.1-0123abcd.tmp").write_text("x")  # not a temporary of a listed file
+    assert not outdir.is_ours(out)
+
+
+def test_a_mark_from_an_earlier_release_vouches_only_for_what_its_claims_json_names(tmp_path):
+    out = tmp_path / "build"
+    (out / "notebooks").mkdir(parents=True)
+    (out / "notebooks" / "01_x.ipynb").write_text("built")
+    (out / "claims.json").write_text(json.dumps({"meta": {"notebooks": [
+        {"name": "01_x", "ipynb": "notebooks/01_x.ipynb", "html": None, "kernel_log": None}]}, "claims": []}))
+    outdir.write_text_atomic(out / outdir.MARKER, json.dumps(
+        {"tool": "nogradlab", "state": "complete", "entries": ["claims.json", "notebooks"]}))
+    assert outdir.is_ours(out)
+    (out / "notebooks" / "01_x-Copy1.ipynb").write_text("mine")
+    assert not outdir.is_ours(out) and not outdir.remove_ours(out)
+    assert (out / "notebooks" / "01_x-Copy1.ipynb").read_text() == "mine"
