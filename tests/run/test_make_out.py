@@ -3,7 +3,9 @@ refusal names the option the person typed (`make run OUT=...` from make, `--out`
 with an example that is not the folder it refused."""
 import json
 import re
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,38 @@ def test_a_mark_from_an_earlier_release_vouches_only_for_what_its_claims_json_na
     (out / "notebooks" / "01_x-Copy1.ipynb").write_text("mine")
     assert not outdir.is_ours(out) and not outdir.remove_ours(out)
     assert (out / "notebooks" / "01_x-Copy1.ipynb").read_text() == "mine"
+
+
+# -- nothing POSIX-only on the way to claims, run or estimate ------------------------------------------------------
+
+_NO_FCNTL = r'''
+import sys
+sys.modules["fcntl"] = None  # as on Windows: `import fcntl` raises ImportError
+from pathlib import Path
+from nogradlab.__main__ import main
+from nogradlab.run import outdir, runner, report  # noqa: F401
+from nogradlab.estimate import cli  # noqa: F401
+tmp = Path(sys.argv[1])
+lock = tmp / ".build.nogradlab-lock"
+with outdir.Lock(lock, "build"):
+    try:
+        outdir.Lock(lock, "build").acquire()
+        print("second holder got the lock")
+    except outdir.OutputBusy as e:
+        print("busy:", e)
+assert not lock.exists()
+(tmp / "nbs").mkdir()
+print("run rc", main(["run", "--device", "cpu", "--notebooks", str(tmp / "nbs"), "--out", str(tmp / "out")]))
+print("claims rc", main(["claims", "--device", "cpu", "--ids", "C99"]))
+print("estimate rc", main(["estimate", "no_such_module_xyz:model", "--input", "3x8x8"]))
+'''
+
+
+def test_the_commands_load_and_lock_without_fcntl(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _NO_FCNTL, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "fcntl" not in proc.stderr, proc.stderr
+    assert "busy: another nogradlab run" in proc.stdout, proc.stdout
+    assert "run rc 2" in proc.stdout and "claims rc 2" in proc.stdout and "estimate rc 2" in proc.stdout, \
+        (proc.stdout, proc.stderr)
