@@ -92,3 +92,34 @@ def test_simulate_takes_numpy_integers():
     want = allocator.simulate([("alloc", "a", 10), ("free", "a")], limit_bytes=2 ** 30)
     assert got.allocated_peak_bytes == want.allocated_peak_bytes == 512
     assert got.reserved_peak_bytes == want.reserved_peak_bytes > 0
+
+
+# -- run executes the collection's notebooks, never a user's own notebooks/ unasked ---------------------------------
+
+def _users_project(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01_train.ipynb").write_text("{}")  # would overwrite the user's model.pt
+    (tmp_path / "results").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "myproject"\n')
+    return tmp_path
+
+
+def test_run_in_a_users_project_runs_the_collections_notebooks_not_theirs(tmp_path, monkeypatch):
+    monkeypatch.chdir(_users_project(tmp_path))
+    assert runner.notebooks_dir() == ROOT / "notebooks"  # this checkout's, beside the package
+    assert runner.default_dir("results") != tmp_path / "results"
+    assert runner.notebooks_dir("notebooks") == Path("notebooks")  # asked for: theirs
+
+
+def test_run_in_a_users_project_without_a_checkout_refuses_naming_notebooks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(_users_project(tmp_path))
+    monkeypatch.setattr(runner, "REPO", tmp_path / "site-packages")  # an installed package: no checkout
+    with pytest.raises(FileNotFoundError, match=r"not nogradlab's collection and was not run.*--notebooks notebooks"):
+        runner.notebooks_dir()
+    assert main(["run", "--device", "cpu", "--out", str(tmp_path / "out")]) == 2
+    assert "was not run" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_run_in_a_checkout_uses_its_notebooks(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert runner.is_checkout(ROOT) and runner.notebooks_dir() == Path.cwd() / "notebooks"
