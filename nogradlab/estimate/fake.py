@@ -113,6 +113,7 @@ class _Templates:
         if entry is not None:
             return entry
         module, rec, how = wl.structure(dtype, recorder_factory=lambda: cudamodel.AllocationRecorder("meta"))
+        hooks = _drop_hooks(module)
         named = self._named_storages(module)
         keys, events, last = {}, None, 0
         if rec is not None:
@@ -141,7 +142,7 @@ class _Templates:
                         events.append(("alloc", by_storage[id(st)], int(st.nbytes())))
             keys = {name: by_storage[id(st)] for name, st in named}
             last = len(by_storage)
-        entry = (module, events, keys, last, how)
+        entry = (module, events, keys, last, how, hooks)
         with self._lock:
             self._own.setdefault(wl, {})[key] = entry
         return entry
@@ -254,6 +255,36 @@ class _Templates:
 
 _TEMPLATES = _Templates()
 
+# a module's hooks that see the step's tensors (the rest, state_dict's and load's, never run in a step)
+_HOOK_DICTS = {"_forward_pre_hooks": "forward pre-hook", "_forward_hooks": "forward hook",
+               "_backward_pre_hooks": "backward pre-hook", "_backward_hooks": "backward hook"}
+_HOOK_BOOKS = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _drop_hooks(module) -> "str | None":
+    """Remove the hooks of your own model's copy (its structure on ``meta``, which every estimate copies) and
+    say which they were, or None. They are the user's functions: run on the trace's fake tensors they would
+    put FakeTensors into the user's own objects (a list of activations, a dict), and the next real
+    ``torch.cat`` of them fails ("Mixing fake modes"). The user's module keeps its hooks."""
+    found = {}
+    for name, m in module.named_modules():
+        for attr, what in _HOOK_DICTS.items():
+            hooks = getattr(m, attr, None)
+            if hooks:
+                found.setdefault(what, []).append(name or type(m).__name__)
+                hooks.clear()
+        for attr in _HOOK_BOOKS:
+            book = getattr(m, attr, None)
+            if book:
+                book.clear()
+    if not found:
+        return None
+    where = "; ".join(f"{len(names)} {what}{'s' if len(names) > 1 else ''} (on {', '.join(sorted(set(names))[:4])}"
+                      f"{' ...' if len(set(names)) > 4 else ''})" for what, names in found.items())
+    return (f"the model's hooks were not run in the estimate: {where}. On the estimate's fake tensors they would "
+            "fill your own objects with FakeTensors; memory they keep in a real step (activations they store) "
+            "is not counted")
+
 
 ALLOCATORS = ("native", "expandable_segments")
 
@@ -339,9 +370,11 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     trace_only = bool(_trace_only) and cuda and not timeline
     own = isinstance(wl, ownmodel.Model)
     if own:  # built once on meta, outside any fake mode (errors in the builder surface here)
-        how = _TEMPLATES.own(wl, dtype)[4]
+        how, hooks = _TEMPLATES.own(wl, dtype)[4:6]
         if how not in ("built on the meta device", "a copy of the given module"):
             notes.append(f"{wl.name} was {how}")
+        if hooks:
+            notes.append(hooks)
 
     def attempt(target_dev, fast_path):
         """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a

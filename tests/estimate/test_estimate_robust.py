@@ -321,3 +321,24 @@ def test_the_python_api_takes_a_factory_a_function_or_a_module_and_gives_the_com
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))  # left unchanged
     with pytest.raises(ValueError, match="MODULE:FACTORY"):
         estimate_cmd.estimate(42, "3x8x8")
+
+
+# --- the user's own objects are never touched by an estimate ----------------------------------------------------
+
+def test_an_estimate_leaves_the_objects_a_users_hooks_fill_alone():
+    """A built module with forward hooks that fill the user's list and dict: the estimate runs on fake
+    tensors, so its copy's hooks are not run (they would fill the user's objects with FakeTensors and the next
+    real torch.cat would fail, "Mixing fake modes"); the report says so, naming them."""
+    model = small_cnn()
+    acts, by_name = [], {}
+    model[0].register_forward_hook(lambda m, i, o: acts.append(o))
+    model[1].register_forward_pre_hook(lambda m, i: by_name.__setitem__("relu", i[0]))
+    r = memory.estimate(model, 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert acts == [] and by_name == {}
+    assert any("hook" in n and "not run" in n for n in r.notes), r.notes
+    assert len(model[0]._forward_hooks) == 1  # the user's model keeps its hooks
+    model(torch.randn(2, 3, 8, 8))
+    model(torch.randn(2, 3, 8, 8))
+    assert torch.cat(acts).shape == (4, 8, 8, 8) and by_name["relu"].shape == (2, 8, 8, 8)
+    plain = memory.estimate(small_cnn(), 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert r.peak_bytes == plain.peak_bytes and not any("hook" in n for n in plain.notes)
