@@ -347,8 +347,9 @@ def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> P
     JSON is true; never a user's file). Anything there that is not a regular file (a FIFO, a device,
     ``/dev/stdout``) is refused without being opened."""
     path = Path(path).expanduser().absolute()
-    if path.is_dir():
-        raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / kind)!r}")
+    if path.is_dir():  # the example is a file name: ``kind`` when it is one ("claims.json"), else a .json
+        example = kind if re.fullmatch(r"[\w.-]+\.json", kind) else "estimate.json"
+        raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / example)!r}")
     if not path.parent.is_dir():
         raise OutputError(f"the folder {str(path.parent)!r} does not exist; create it first")
     if path.exists() and not path.is_file():
@@ -360,7 +361,7 @@ def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> P
         try:
             doc = json.loads(path.read_text())
             mine = bool(ours(doc))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to be ours
             mine = False
         if not mine:
             raise OutputError(f"{str(path)!r} exists and is not a {kind} written by nogradlab; "
