@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import warnings
 import weakref
 
 import torch
@@ -386,7 +387,8 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         template = _TEMPLATES.get(wl, dtype, target_dev, rec is not None)
         skeleton = _TEMPLATES.copy(template) if template is not None else None  # outside the fake mode
         # seeded for reproducible shapes of random choices, without touching the caller's RNG
-        with torch.random.fork_rng(devices=[]), paths, FakeTensorMode(allow_non_fake_inputs=False):
+        with torch.random.fork_rng(devices=[]), paths, _quiet_fake_data_ptr(), \
+                FakeTensorMode(allow_non_fake_inputs=False):
             torch.manual_seed(seed)
             with rec if rec is not None else contextlib.nullcontext():
                 make = ((lambda: _TEMPLATES.materialize(template, skeleton, target_dev, rec))
@@ -465,6 +467,17 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         report.notes = notes + extra + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _quiet_fake_data_ptr():
+    """Without torch's "Accessing the data pointer of FakeTensor is deprecated" warning: an RNN module
+    (``nn.LSTM``, ``nn.GRU``) reads its weights' ``data_ptr()`` whenever it is built or moved (to flatten them
+    for cuDNN), and the estimate's copies are fake by design, so the warning tells the user nothing (it
+    reached the command's stderr). Only that warning, only inside the estimate."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor", category=UserWarning)
+        yield
 
 
 class InputMismatch(ValueError):

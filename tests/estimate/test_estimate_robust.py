@@ -342,3 +342,29 @@ def test_an_estimate_leaves_the_objects_a_users_hooks_fill_alone():
     assert torch.cat(acts).shape == (4, 8, 8, 8) and by_name["relu"].shape == (2, 8, 8, 8)
     plain = memory.estimate(small_cnn(), 4, "cpu", "grad", inputs=(3, 8, 8))
     assert r.peak_bytes == plain.peak_bytes and not any("hook" in n for n in plain.notes)
+
+
+class _Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, batch_first=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0][:, -1])
+
+
+def recurrent():
+    return _Recurrent()
+
+
+def test_an_lstm_estimate_gives_no_fake_tensor_data_ptr_warning():
+    """nn.LSTM reads its weights' data_ptr() when it is built and moved: on the estimate's fake tensors (the
+    virtual CUDA device, as the command estimates) torch warned, and the warning reached the command's stderr."""
+    import warnings
+
+    for dev in ("cuda", "cpu"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            memory.estimate(recurrent, 2, dev, "grad", inputs=(10, 8))
+        assert not [w for w in seen if "data pointer of FakeTensor" in str(w.message)], dev
