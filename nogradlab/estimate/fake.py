@@ -6,7 +6,7 @@ model (:mod:`nogradlab.estimate.allocator`). Nothing is allocated on a device.
 from __future__ import annotations
 
 import contextlib
-import copy
+import functools
 import threading
 import warnings
 import weakref
@@ -211,8 +211,12 @@ class _Templates:
 
     @staticmethod
     def copy(entry):
-        """A copy of the template's structure, on ``meta`` (made outside any tensor mode)."""
-        return copy.deepcopy(entry[0])
+        """A copy of the template's structure, on ``meta`` (made outside any tensor mode). Its tensors are
+        new ``meta`` tensors (:func:`~nogradlab.core.ownmodel._fake_copy`): a tensor attribute computed from
+        the weights (pruning's ``weight``) is no graph leaf, and ``deepcopy`` refuses those."""
+        from nogradlab.core.ownmodel import _fake_copy
+
+        return _fake_copy(entry[0], "meta")
 
     @staticmethod
     def materialize(entry, skeleton, dev, rec):
@@ -262,22 +266,31 @@ _HOOK_DICTS = {"_forward_pre_hooks": "forward pre-hook", "_forward_hooks": "forw
 _HOOK_BOOKS = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
 
 
+def _torchs(hook) -> bool:
+    """True for a hook of torch's own (pruning's, weight norm's: part of the model's computation, holding
+    no object of the user's), False for the user's functions."""
+    h = hook.func if isinstance(hook, functools.partial) else hook
+    mod = getattr(h, "__module__", None) or type(h).__module__
+    return isinstance(mod, str) and (mod == "torch" or mod.startswith("torch."))
+
+
 def _drop_hooks(module) -> "str | None":
-    """Remove the hooks of your own model's copy (its structure on ``meta``, which every estimate copies) and
-    say which they were, or None. They are the user's functions: run on the trace's fake tensors they would
-    put FakeTensors into the user's own objects (a list of activations, a dict), and the next real
-    ``torch.cat`` of them fails ("Mixing fake modes"). The user's module keeps its hooks."""
+    """Remove the user's hooks from your own model's copy (its structure on ``meta``, which every estimate
+    copies) and say which they were, or None. They are the user's functions: run on the trace's fake tensors
+    they would put FakeTensors into the user's own objects (a list of activations, a dict), and the next real
+    ``torch.cat`` of them fails ("Mixing fake modes"). torch's own hooks (pruning recomputes ``weight`` in
+    one) are kept: they are the model's computation. The user's module keeps all its hooks."""
     found = {}
     for name, m in module.named_modules():
         for attr, what in _HOOK_DICTS.items():
             hooks = getattr(m, attr, None)
-            if hooks:
+            for key, hook in list((hooks or {}).items()):
+                if _torchs(hook):
+                    continue
                 found.setdefault(what, []).append(name or type(m).__name__)
-                hooks.clear()
-        for attr in _HOOK_BOOKS:
-            book = getattr(m, attr, None)
-            if book:
-                book.clear()
+                del hooks[key]
+                for book in _HOOK_BOOKS:
+                    getattr(m, book, {}).pop(key, None)
     if not found:
         return None
     where = "; ".join(f"{len(names)} {what}{'s' if len(names) > 1 else ''} (on {', '.join(sorted(set(names))[:4])}"

@@ -368,3 +368,23 @@ def test_an_lstm_estimate_gives_no_fake_tensor_data_ptr_warning():
             warnings.simplefilter("always")
             memory.estimate(recurrent, 2, dev, "grad", inputs=(10, 8))
         assert not [w for w in seen if "data pointer of FakeTensor" in str(w.message)], dev
+
+
+def pruned():
+    m = small_cnn()
+    torch.nn.utils.prune.l1_unstructured(m[3], "weight", amount=0.5)  # weight = weight_orig * mask, in a hook
+    return m
+
+
+def test_a_pruned_model_estimates_the_same_from_its_builder_and_built_and_as_measured():
+    """Pruning keeps ``weight`` as a tensor computed from the weights (no graph leaf: deepcopy refused the
+    builder's copy) and recomputes it in a forward pre-hook of torch's own, which the estimate keeps."""
+    import torch.nn.utils.prune  # noqa: F401
+
+    model = pruned()
+    x = torch.randn(4, 3, 8, 8)
+    real = memory.measure(lambda: model(x), "cpu", method="storage").peak_bytes
+    built = memory.estimate(model, 4, "cpu", "grad", inputs=(3, 8, 8))
+    from_builder = memory.estimate(pruned, 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert built.peak_bytes == from_builder.peak_bytes == real
+    assert not any("hook" in n for n in built.notes + from_builder.notes)
