@@ -162,3 +162,23 @@ def test_the_commands_load_and_lock_without_fcntl(tmp_path):
     assert "busy: another nogradlab run" in proc.stdout, proc.stdout
     assert "run rc 2" in proc.stdout and "claims rc 2" in proc.stdout and "estimate rc 2" in proc.stdout, \
         (proc.stdout, proc.stderr)
+
+
+def test_the_lock_is_dropped_when_its_holder_is_killed(tmp_path):
+    import signal
+
+    lock = tmp_path / ".build.nogradlab-lock"
+    code = ("import sys, time; from nogradlab.run import outdir; held = outdir.Lock(sys.argv[1], 'build').acquire(); "
+            "print('held', flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(lock)], stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(outdir.OutputBusy, match=rf"pid {p.pid}"):
+            outdir.Lock(lock, "build").acquire()
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    with outdir.Lock(lock, "build"):  # killed: free at once
+        pass
+    assert not lock.exists()
