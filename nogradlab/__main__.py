@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="execute every notebook and write the report")
     common(r)
     r.add_argument("--out", default="nogradlab-run", help="output folder (default nogradlab-run)")
-    r.add_argument("--notebooks", default=None, help="folder of NN_*.ipynb notebooks (default notebooks/)")
+    r.add_argument("--notebooks", default=None, help="folder of NN_*.ipynb notebooks to run (default: the collection's own, a nogradlab checkout's notebooks/; never another project's unasked)")
     r.add_argument("--results", default=None,
                    help="folder of reference runs, <machine>/claims.json (default results/)")
     c = sub.add_parser("claims", help="run the claim checks alone and print the verdict table")

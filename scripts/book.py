@@ -126,7 +126,21 @@ def assemble(run: Path, src: Path) -> Path:
 
 def _files(root: Path) -> list:
     """Every file under ``root`` (links not followed), as sorted relative paths."""
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() or p.is_symlink())
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def _inside(out: Path, rel: str) -> bool:
+    """True for a path a build may have made: relative, ``/``-separated, with no ``..``, ``.`` or empty part,
+    inside a folder (a build makes only folders at the top: ``src/``, ``html/``, ``jupyter_execute/``) that is no
+    staging folder, and inside ``out`` once links in its folders are followed."""
+    parts = rel.split("/")
+    if (not rel or "\\" in rel or ":" in rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts)
+            or len(parts) < 2 or parts[0].startswith(STAGE)):
+        return False
+    try:
+        return (out / rel).parent.resolve().is_relative_to(out.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def _made_before(out: Path) -> list:
@@ -145,9 +159,14 @@ def _made_before(out: Path) -> list:
     try:
         made = json.loads(marker.read_text())["files"]
         assert isinstance(made, list) and all(isinstance(f, str) for f in made)
-    except (ValueError, KeyError, TypeError, AssertionError):
+    except (ValueError, KeyError, TypeError, AssertionError, RecursionError):
         raise SystemExit(f"{out} was made by an older scripts/book.py that did not list the files it made, so "
                          f"nothing in it is deleted: check it and remove it yourself, or choose another --out") from None
+    outside = [f for f in made if not _inside(out, f)]
+    if outside:
+        raise SystemExit(f"{marker} lists {', '.join(map(repr, outside[:3]))}{' ...' if len(outside) > 3 else ''}, "
+                         f"which is not a file inside {out} that a build makes; nothing was deleted. Check the "
+                         f"folder and remove it yourself, or choose another --out")
     for stage in out.glob(STAGE + "*"):  # an interrupted build's: ours when it holds our marker
         if stage.is_dir() and not stage.is_symlink() and (stage / MARK).is_file():
             shutil.rmtree(stage)

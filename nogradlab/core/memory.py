@@ -331,6 +331,7 @@ class _LiveTracker(TorchDispatchMode):
         self.modules = modules
         self.block = block
         self.sizes = WeakIdKeyDictionary()  # storage -> counted bytes
+        self._counted = WeakIdKeyDictionary()  # storage -> [bytes its death callback subtracts]
         self._refs: dict = {}  # id(weakref) -> weakref (keeps the callbacks alive)
         self.live = 0
         self.peak = 0
@@ -354,7 +355,8 @@ class _LiveTracker(TorchDispatchMode):
     def _add(self, st, label):
         n = _rounded(st.nbytes(), self.block)
         self.sizes[st] = n
-        ref = weakref.ref(st, lambda r, n=n: self._freed(n, r))
+        counted = self._counted[st] = [n]  # what the death callback subtracts; resize_ updates it in place
+        ref = weakref.ref(st, lambda r, c=counted: self._freed(c[0], r))
         self._refs[id(ref)] = ref
         self.live += n
         self.peak = max(self.peak, self.live)
@@ -381,15 +383,11 @@ class _LiveTracker(TorchDispatchMode):
             return
         new = _rounded(st.nbytes(), self.block)
         if new != old:
-            # the weakref callback still subtracts the size known at creation: correct for it
             self.live += new - old
             self.sizes[st] = new
-            for ref in list(self._refs.values()):
-                if ref() is st:
-                    self._refs.pop(id(ref))
-                    newref = weakref.ref(st, lambda r, n=new: self._freed(n, r))
-                    self._refs[id(newref)] = newref
-                    break
+            # the death callback subtracts what its cell holds: updated here in O(1) (a search through every
+            # live storage's callback made a step with many live tensors and resizes quadratic)
+            self._counted[st][0] = new
             self.peak = max(self.peak, self.live)
             self._event("resize")
 

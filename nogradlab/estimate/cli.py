@@ -32,7 +32,8 @@ _BYTE_LIMIT = 2 ** 62  # input bytes an estimate's arithmetic (int64, with room 
 
 
 def parse_bytes(spec: str) -> int:
-    """``"24GiB"`` -> 25769803776; binary (KiB..TiB, or K/M/G/T) and decimal (KB..TB) units, or bytes."""
+    """``"24GiB"`` -> 25769803776; binary (KiB..TiB, or K/M/G/T) and decimal (KB..TB) units, or bytes. A bare
+    number under 1 MiB (``"24"``) is refused: a unit was surely left out."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([a-zA-Z]*)\s*", str(spec))
     if not m or m.group(2).lower() not in _UNITS:
         raise ValueError(f"a memory size is a number and a unit, e.g. 24GiB or 80GB (units: B, KiB, MiB, "
@@ -40,6 +41,11 @@ def parse_bytes(spec: str) -> int:
     n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if n <= 0:
         raise ValueError(f"a memory size must be positive, got {spec!r}")
+    if not m.group(2) and n < 2 ** 20:  # "--gpu 24": 24 bytes, surely not what was meant
+        raise ValueError(f"a memory size of {spec.strip()!r} has no unit and would mean {n} bytes; give the unit, "
+                         f"e.g. {m.group(1)}GiB or {m.group(1)}GB ({m.group(1)}B if bytes are meant)")
+    if n >= _BYTE_LIMIT:
+        raise ValueError(f"a memory size must be under {_BYTE_LIMIT} bytes (4 EiB), got {spec!r}")
     return n
 
 

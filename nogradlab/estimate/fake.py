@@ -6,8 +6,9 @@ model (:mod:`nogradlab.estimate.allocator`). Nothing is allocated on a device.
 from __future__ import annotations
 
 import contextlib
-import copy
+import functools
 import threading
+import warnings
 import weakref
 
 import torch
@@ -113,6 +114,7 @@ class _Templates:
         if entry is not None:
             return entry
         module, rec, how = wl.structure(dtype, recorder_factory=lambda: cudamodel.AllocationRecorder("meta"))
+        hooks = _drop_hooks(module)
         named = self._named_storages(module)
         keys, events, last = {}, None, 0
         if rec is not None:
@@ -141,7 +143,7 @@ class _Templates:
                         events.append(("alloc", by_storage[id(st)], int(st.nbytes())))
             keys = {name: by_storage[id(st)] for name, st in named}
             last = len(by_storage)
-        entry = (module, events, keys, last, how)
+        entry = (module, events, keys, last, how, hooks)
         with self._lock:
             self._own.setdefault(wl, {})[key] = entry
         return entry
@@ -209,8 +211,12 @@ class _Templates:
 
     @staticmethod
     def copy(entry):
-        """A copy of the template's structure, on ``meta`` (made outside any tensor mode)."""
-        return copy.deepcopy(entry[0])
+        """A copy of the template's structure, on ``meta`` (made outside any tensor mode). Its tensors are
+        new ``meta`` tensors (:func:`~nogradlab.core.ownmodel._fake_copy`): a tensor attribute computed from
+        the weights (pruning's ``weight``) is no graph leaf, and ``deepcopy`` refuses those."""
+        from nogradlab.core.ownmodel import _fake_copy
+
+        return _fake_copy(entry[0], "meta")
 
     @staticmethod
     def materialize(entry, skeleton, dev, rec):
@@ -253,6 +259,45 @@ class _Templates:
 
 
 _TEMPLATES = _Templates()
+
+# a module's hooks that see the step's tensors (the rest, state_dict's and load's, never run in a step)
+_HOOK_DICTS = {"_forward_pre_hooks": "forward pre-hook", "_forward_hooks": "forward hook",
+               "_backward_pre_hooks": "backward pre-hook", "_backward_hooks": "backward hook"}
+_HOOK_BOOKS = ("_forward_pre_hooks_with_kwargs", "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def _torchs(hook) -> bool:
+    """True for a hook of torch's own (pruning's, weight norm's: part of the model's computation, holding
+    no object of the user's), False for the user's functions."""
+    h = hook.func if isinstance(hook, functools.partial) else hook
+    mod = getattr(h, "__module__", None) or type(h).__module__
+    return isinstance(mod, str) and (mod == "torch" or mod.startswith("torch."))
+
+
+def _drop_hooks(module) -> "str | None":
+    """Remove the user's hooks from your own model's copy (its structure on ``meta``, which every estimate
+    copies) and say which they were, or None. They are the user's functions: run on the trace's fake tensors
+    they would put FakeTensors into the user's own objects (a list of activations, a dict), and the next real
+    ``torch.cat`` of them fails ("Mixing fake modes"). torch's own hooks (pruning recomputes ``weight`` in
+    one) are kept: they are the model's computation. The user's module keeps all its hooks."""
+    found = {}
+    for name, m in module.named_modules():
+        for attr, what in _HOOK_DICTS.items():
+            hooks = getattr(m, attr, None)
+            for key, hook in list((hooks or {}).items()):
+                if _torchs(hook):
+                    continue
+                found.setdefault(what, []).append(name or type(m).__name__)
+                del hooks[key]
+                for book in _HOOK_BOOKS:
+                    getattr(m, book, {}).pop(key, None)
+    if not found:
+        return None
+    where = "; ".join(f"{len(names)} {what}{'s' if len(names) > 1 else ''} (on {', '.join(sorted(set(names))[:4])}"
+                      f"{' ...' if len(set(names)) > 4 else ''})" for what, names in found.items())
+    return (f"the model's hooks were not run in the estimate: {where}. On the estimate's fake tensors they would "
+            "fill your own objects with FakeTensors; memory they keep in a real step (activations they store) "
+            "is not counted")
 
 
 ALLOCATORS = ("native", "expandable_segments")
@@ -339,9 +384,11 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     trace_only = bool(_trace_only) and cuda and not timeline
     own = isinstance(wl, ownmodel.Model)
     if own:  # built once on meta, outside any fake mode (errors in the builder surface here)
-        how = _TEMPLATES.own(wl, dtype)[4]
+        how, hooks = _TEMPLATES.own(wl, dtype)[4:6]
         if how not in ("built on the meta device", "a copy of the given module"):
             notes.append(f"{wl.name} was {how}")
+        if hooks:
+            notes.append(hooks)
 
     def attempt(target_dev, fast_path):
         """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a
@@ -353,7 +400,8 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         template = _TEMPLATES.get(wl, dtype, target_dev, rec is not None)
         skeleton = _TEMPLATES.copy(template) if template is not None else None  # outside the fake mode
         # seeded for reproducible shapes of random choices, without touching the caller's RNG
-        with torch.random.fork_rng(devices=[]), paths, FakeTensorMode(allow_non_fake_inputs=False):
+        with torch.random.fork_rng(devices=[]), paths, _quiet_fake_data_ptr(), \
+                FakeTensorMode(allow_non_fake_inputs=False):
             torch.manual_seed(seed)
             with rec if rec is not None else contextlib.nullcontext():
                 make = ((lambda: _TEMPLATES.materialize(template, skeleton, target_dev, rec))
@@ -432,6 +480,17 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         report.notes = notes + extra + report.notes
         return report
     raise RuntimeError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _quiet_fake_data_ptr():
+    """Without torch's "Accessing the data pointer of FakeTensor is deprecated" warning: an RNN module
+    (``nn.LSTM``, ``nn.GRU``) reads its weights' ``data_ptr()`` whenever it is built or moved (to flatten them
+    for cuDNN), and the estimate's copies are fake by design, so the warning tells the user nothing (it
+    reached the command's stderr). Only that warning, only inside the estimate."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor", category=UserWarning)
+        yield
 
 
 class InputMismatch(ValueError):

@@ -38,8 +38,8 @@ def _positive(kind, name):
             v = kind(text)
         except ValueError:
             raise UsageError(f"{name} must be a positive {kind.__name__}, got {text!r}") from None
-        if not v > 0:
-            raise UsageError(f"{name} must be a positive {kind.__name__}, got {text!r}")
+        if not 0 < v < float("inf"):  # NaN and inf too: a run that never ends, a time that means nothing
+            raise UsageError(f"{name} must be a positive, finite {kind.__name__}, got {text!r}")
         return v
     return convert
 

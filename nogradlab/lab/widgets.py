@@ -713,9 +713,9 @@ def explorer(workload: str = "mlp", scale: str = "tiny", batch: "int | None" = N
 def _check_budget_gib(budget_gib) -> None:
     """A positive, finite number of GiB that is at least one byte; ``ValueError`` otherwise."""
     if not (isinstance(budget_gib, (int, float)) and not isinstance(budget_gib, bool)
-            and 0 < budget_gib < float("inf") and budget_gib * 2 ** 30 >= 1):
-        raise ValueError(f"budget_gib must be a positive, finite number of GiB (at least one byte), "
-                         f"got {budget_gib!r}")
+            and 0 < budget_gib < float("inf") and 1 <= budget_gib * 2 ** 30 < 2 ** 62):
+        raise ValueError(f"budget_gib must be a positive, finite number of GiB (at least one byte, under "
+                         f"{2 ** 32} GiB), got {budget_gib!r}")
 
 
 #: every estimated largest-batch search of this session: ``(workload, scale, device, budget, mode,
@@ -744,6 +744,7 @@ def predicted_batches(workload, scale, device, budget_gib, modes=BUDGET_MODES, *
     least-squares affine fit of the bytes against the batch, solved for the budget. A prediction,
     not an answer (the allocator rounds, a cap is decided on reserved bytes): the widget shows it
     while the exact search runs. Modes with fewer than two batches measured are left out."""
+    _check_budget_gib(budget_gib)
     budget = int(budget_gib * 2**30)
     out = {}
     for m in modes:

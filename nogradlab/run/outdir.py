@@ -3,29 +3,31 @@
 The rules, checked before any notebook runs:
 
 - ``run`` writes only into a folder it created or marked as its own. Its mark is a file named
-  ``.nogradlab-build`` inside the folder (JSON: the run's id, its state and the entries it wrote). A folder
-  that exists, is not empty and holds no such mark is refused, and so is a marked folder that now holds
-  entries nogradlab did not write: nothing in it is ever moved or deleted.
+  ``.nogradlab-build`` inside the folder (JSON: the run's id, its state, the top-level entries it wrote and,
+  under ``files``, every path it wrote inside them). A folder that exists, is not empty and holds no such
+  mark is refused, and so is a marked folder that now holds anything nogradlab did not write, at any depth
+  (a "Save As" copy or ``.ipynb_checkpoints`` in ``notebooks/``): nothing in it is ever moved or deleted.
 - The siblings ``<out>.partial`` (the build in progress) and ``<out>.failed`` (the last failed build) are
   treated the same way: removed or replaced only when they carry the mark.
-- A run holds a lock (``flock`` on ``.<out>.nogradlab-lock`` beside the folder) from the checks to the end; a
-  second run into the same folder is refused at once. The kernel drops the lock when a process dies, however
-  it dies.
+- A run holds a lock (``filelock``'s native lock on ``.<out>.nogradlab-lock`` beside the folder: ``flock``
+  on POSIX, ``msvcrt.locking`` on Windows) from the checks to the end; a second run into the same folder is
+  refused at once. The operating system drops the lock when a process dies, however it dies.
 - The output location is checked for writing (a probe file is created and removed) before any work.
 
 Every problem found here raises :class:`OutputError` (the command line exits 2 with its message).
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
+import re
 import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import filelock
 
 __all__ = ["MARKER", "BUILD_ENTRIES", "lock_path", "OutputError", "OutputBusy", "Layout", "prepare", "read_mark", "write_mark",
            "is_ours", "Lock", "replace_dir", "remove_ours", "write_text_atomic", "check_file_target",
@@ -61,12 +63,28 @@ def read_mark(folder: Path) -> "dict | None":
 
 
 def write_mark(folder: Path, **fields) -> dict:
-    """Write (atomically) the mark of ``folder``; ``entries`` defaults to what the folder holds now."""
+    """Write (atomically) the mark of ``folder``. ``entries`` (top-level names) defaults to what the folder
+    holds now, and ``files`` (every path below those entries, relative, with ``/``) to what they hold now."""
     folder = Path(folder)
     mark = {"tool": _TOOL, **fields}
     mark.setdefault("entries", sorted(p.name for p in folder.iterdir() if p.name != MARKER))
+    mark.setdefault("files", sorted(_below(folder, mark["entries"])))
     write_text_atomic(folder / MARKER, json.dumps(mark, indent=1) + "\n")
     return mark
+
+
+def _below(folder: Path, entries) -> list:
+    """Every path (files and folders, relative, ``/``-separated) inside the top-level folders ``entries`` of
+    ``folder``; a link is listed, never followed."""
+    found = []
+    for name in entries:
+        top = Path(folder) / name
+        if top.is_symlink() or not top.is_dir():
+            continue
+        for root, dirs, files in os.walk(top):
+            rel = Path(root).relative_to(folder).as_posix()
+            found += [f"{rel}/{n}" for n in dirs + files]
+    return found
 
 
 def is_ours(folder: Path) -> bool:
@@ -77,9 +95,41 @@ def is_ours(folder: Path) -> bool:
     return not _foreign(folder, mark)
 
 
+# a temporary file of write_text_atomic's, left by a process killed mid-write: `.<name>.<pid>-<8 hex>.tmp`
+_TMP = re.compile(r"^\.(?P<name>.+)\.\d+-[0-9a-f]{8}\.tmp$")
+
+
 def _foreign(folder: Path, mark: dict) -> list:
+    """What ``folder`` holds that its mark does not list, at any depth (relative paths): the top-level names
+    against ``entries``, everything inside those folders against ``files``. A mark without ``files`` (written
+    by an earlier nogradlab) vouches inside its folders only for the files its own claims.json names."""
+    folder = Path(folder)
     listed = set(mark.get("entries") or ())
-    return sorted(p.name for p in Path(folder).iterdir() if p.name != MARKER and p.name not in listed)
+
+    def ours(rel: str, names: set) -> bool:
+        head, _, base = rel.rpartition("/")
+        tmp = _TMP.match(base)
+        return rel in names or bool(tmp and (f"{head}/{tmp['name']}" if head else tmp["name"]) in names)
+
+    foreign = [p.name for p in folder.iterdir() if p.name != MARKER and not ours(p.name, listed | {MARKER})]
+    files = mark.get("files")
+    files = set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else _written(folder)
+    files |= {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}  # their folders
+    foreign += [rel for rel in _below(folder, sorted(listed & {p.name for p in folder.iterdir()}))
+                if not ours(rel, files)]
+    return sorted(foreign)
+
+
+def _written(folder: Path) -> set:
+    """The files an earlier build's claims.json says its run wrote (the executed notebooks, their pages and
+    kernel logs); empty when it cannot be read."""
+    try:
+        doc = json.loads((Path(folder) / "claims.json").read_text())
+        records = doc["meta"]["notebooks"]
+        return {r[k] for r in records for k in ("ipynb", "html", "kernel_log")
+                if isinstance(r.get(k), str) and r[k].startswith("notebooks/") and ".." not in r[k]}
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+        return set()
 
 
 def _names(items, n=4) -> str:
@@ -205,51 +255,52 @@ def prepare(out, protect=()) -> Layout:
 
 
 class Lock:
-    """An exclusive, non-blocking ``flock`` on ``path`` (created if needed, removed on release)."""
+    """An exclusive, non-blocking lock on ``path`` (created if needed, removed on release): ``filelock``'s
+    native lock, which the operating system drops when the process dies, on POSIX and Windows alike. The
+    file holds the holder's pid for the message a second run gets."""
 
     def __init__(self, path: Path, what: str):
-        self.path, self.what, self.fd = Path(path), what, None
+        self.path, self.what, self._lock = Path(path), what, None
 
     def acquire(self) -> "Lock":
-        for _ in range(5):
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise OutputError(f"cannot create the lock file {str(self.path)!r}: {e.strerror or e}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                holder = ""
-                try:
-                    holder = os.read(fd, 200).decode(errors="replace").strip()
-                except OSError:
-                    pass
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise OutputBusy(f"another nogradlab run{f' ({holder})' if holder else ''} is writing to "
-                                     f"{self.what}; wait for it to finish or {_another()}") from None
-                raise OutputError(f"cannot lock {str(self.path)!r}: {e.strerror or e}") from None
-            try:  # the file may have been removed and re-created by a run that just finished
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                os.ftruncate(fd, 0)
-                os.write(fd, f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}".encode())
-                self.fd = fd
-                return self
-            os.close(fd)
-        raise OutputBusy(f"could not take the lock on {self.what}; another run is starting there")
-
-    def release(self) -> None:
-        if self.fd is None:
-            return
+        lock = filelock.FileLock(str(self.path), timeout=0)
         try:
-            self.path.unlink()
+            lock.acquire()
+        except filelock.Timeout:
+            holder = ""
+            try:
+                with open(self.path, "rb") as f:
+                    holder = f.read(200).decode(errors="replace").strip()
+            except OSError:
+                pass
+            raise OutputBusy(f"another nogradlab run{f' ({holder})' if holder else ''} is writing to "
+                             f"{self.what}; wait for it to finish or {_another()}") from None
+        except OSError as e:
+            raise OutputError(f"cannot lock {str(self.path)!r}: {e.strerror or e}") from None
+        self._lock = lock
+        try:  # who holds it (Windows locks the file's first byte: there this is skipped)
+            with open(self.path, "r+b") as f:
+                f.truncate(0)
+                f.write(f"pid {os.getpid()}, since {time.strftime('%H:%M:%S')}".encode())
         except OSError:
             pass
-        os.close(self.fd)
-        self.fd = None
+        return self
+
+    def release(self) -> None:
+        if self._lock is None:
+            return
+        try:  # removed while still held: a run that opened the old file then sees it unlinked and retries
+            self.path.unlink()
+            removed = True
+        except OSError:
+            removed = False
+        self._lock.release()
+        self._lock = None
+        if not removed:  # Windows: a file cannot be removed while open; never the next holder's (it is open)
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
 
     def __enter__(self):
         return self.acquire()
@@ -296,8 +347,9 @@ def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> P
     JSON is true; never a user's file). Anything there that is not a regular file (a FIFO, a device,
     ``/dev/stdout``) is refused without being opened."""
     path = Path(path).expanduser().absolute()
-    if path.is_dir():
-        raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / kind)!r}")
+    if path.is_dir():  # the example is a file name: ``kind`` when it is one ("claims.json"), else a .json
+        example = kind if re.fullmatch(r"[\w.-]+\.json", kind) else "estimate.json"
+        raise OutputError(f"{str(path)!r} is a folder; give a file name, e.g. {str(path / example)!r}")
     if not path.parent.is_dir():
         raise OutputError(f"the folder {str(path.parent)!r} does not exist; create it first")
     if path.exists() and not path.is_file():
@@ -309,7 +361,7 @@ def check_file_target(path, kind: str = "claims.json", ours=_is_claims_doc) -> P
         try:
             doc = json.loads(path.read_text())
             mine = bool(ours(doc))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply to be ours
             mine = False
         if not mine:
             raise OutputError(f"{str(path)!r} exists and is not a {kind} written by nogradlab; "

@@ -269,7 +269,7 @@ def _reference(p: Path) -> dict:
     if not p.is_file():  # a folder, a FIFO (reading it would wait forever), a device, a dangling link
         raise ValueError("not a regular file" if p.exists() else "no such file")
     try:
-        doc = load_doc(p)
+        doc = _unicode(load_doc(p))
     except RecursionError:
         raise ValueError("nested too deeply to be a claims.json") from None
     except UnicodeDecodeError as e:
@@ -278,7 +278,29 @@ def _reference(p: Path) -> dict:
     if unknown:
         raise ValueError(f"unknown claim id(s) {', '.join(unknown)} (this nogradlab knows "
                          f"{_claims.ids()[0]}..{_claims.ids()[-1]})")
+    ids = [c["id"] for c in doc["claims"]]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"claim id(s) {', '.join(twice)} appear more than once; a column holds one entry a "
+                         "claim, and which of them to show cannot be told")
     return doc
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode(obj):
+    """``obj`` with every lone surrogate in its strings (keys too) as U+FFFD: a ``"\\ud800"`` escape in a
+    stored column's JSON, or a folder name's byte that is not UTF-8 (Python keeps it as one). No UTF-8
+    writer (a terminal, report.html, claims.json) can encode one, so it would crash the command after its
+    work; shown as the replacement character, the rest of the text reads as it is."""
+    if isinstance(obj, str):
+        return _SURROGATE.sub("\ufffd", obj)
+    if isinstance(obj, dict):
+        return {_unicode(k): _unicode(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_unicode(v) for v in obj]
+    return obj
 
 
 def rejudged(doc: dict) -> dict:
@@ -323,7 +345,7 @@ def load_references(results_dir, exclude=None) -> list:
         if skip is not None and p.resolve() == skip:
             continue
         try:
-            out.append((p.parent.name, rejudged(_reference(p))))
+            out.append((_unicode(p.parent.name), rejudged(_reference(p))))
         except (ValueError, OSError) as e:
             reason = " ".join(str(e).split())
             print(f"warning: skipping reference {p}: {reason[:300]}", file=sys.stderr)

@@ -37,19 +37,30 @@ from nogradlab.run import report as _report
 from nogradlab.core import workloads as _workloads
 
 __all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "notebooks_dir", "references",
-           "RunOutcome"]
+           "RunOutcome", "is_checkout"]
 
 REPO = Path(__file__).resolve().parents[2]
 _NB_RE = re.compile(r"^\d\d_.+\.ipynb$")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def is_checkout(root) -> bool:
+    """True when ``root`` is a nogradlab checkout: the package's source beside a pyproject.toml naming it. A
+    user's own project with a ``notebooks/`` or ``results/`` folder is not one."""
+    root = Path(root)
+    try:
+        return (root / "nogradlab" / "__init__.py").is_file() and bool(
+            re.search(r'^name\s*=\s*["\']nogradlab["\']\s*$', (root / "pyproject.toml").read_text(), re.M))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def default_dir(name: str) -> Path:
-    """``./name`` when it exists (running from a checkout), else the one beside the package. For
+    """``./name`` when the current folder is a nogradlab checkout, else the one beside the package. For
     ``results``, an installed package's own copy of the reference columns when there is no checkout
-    (:func:`nogradlab.claims.results_dir`)."""
+    (:func:`nogradlab.claims.results_dir`). Never a folder of that name in a user's own project."""
     here = Path.cwd() / name
-    if here.is_dir():
+    if here.is_dir() and is_checkout(Path.cwd()):
         return here
     if name == "results":
         return _claims.results_dir() or REPO / name
@@ -57,15 +68,23 @@ def default_dir(name: str) -> Path:
 
 
 def notebooks_dir(notebooks=None) -> Path:
-    """The notebooks ``run`` executes: ``notebooks`` when given, else :func:`default_dir`. An installed
-    package carries no notebooks: without a checkout this raises FileNotFoundError saying what ``run``
-    needs, in one line."""
+    """The notebooks ``run`` executes: ``notebooks`` when given, else the collection's own (a checkout's
+    ``notebooks/``: the current folder's when it is a checkout, else the one beside the package). A
+    ``notebooks/`` folder of the user's own project is never run unasked (its notebooks may write the user's
+    files). An installed package carries no notebooks: without a checkout this raises FileNotFoundError
+    saying what ``run`` needs, in one line."""
     if notebooks:
         return Path(notebooks)
     d = default_dir("notebooks")
-    if not d.is_dir():
+    if not d.is_dir() or not is_checkout(d.parent):
         from nogradlab import _URL
 
+        if (Path.cwd() / "notebooks").is_dir():
+            raise FileNotFoundError(
+                "run executes the lesson notebooks of a nogradlab checkout, and this folder is none: its ./notebooks "
+                f"is not nogradlab's collection and was not run. Clone {_URL} and run it there, or pass "
+                "--notebooks notebooks to run these; 'python -m nogradlab claims' runs the claim checks without "
+                "notebooks")
         raise FileNotFoundError(
             "run executes the lesson notebooks of a nogradlab checkout, and there is none here (no ./notebooks; "
             f"an installed package carries none): clone {_URL} and run it there, or pass --notebooks DIR; "
@@ -324,7 +343,7 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
     _outdir.remove_ours(work)  # a partial build left by a run that died (the lock is free: nobody is writing)
     (work / "notebooks").mkdir(parents=True)
     _outdir.write_mark(work, run_id=run_id, started=started, state="running", command=command,
-                       entries=list(_outdir.BUILD_ENTRIES))
+                       entries=list(_outdir.BUILD_ENTRIES), files=_written([p.stem for p in nbs]))
     ledger = work / "ledger.jsonl"
     params = {"device": str(dev), "scale": scale}
     records = [{"name": p.stem, "status": "not run", "seconds": 0.0, "ipynb": None, "html": None,
@@ -373,8 +392,16 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
                    state["pending"])
 
 
+def _written(stems) -> list:
+    """What a run may write below its folder's top level, named in its mark from the start (so that whatever
+    else turns up there, a user's copy or ``.ipynb_checkpoints``, is never taken for its own and deleted)."""
+    return ["notebooks"] + [f"notebooks/{s}{ext}" for s in stems for ext in (".ipynb", ".html", ".kernel.log")]
+
+
 def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
     work, out, failed_dir = lay.partial, lay.out, lay.failed
+    mark = {"run_id": run_id, "started": started, "command": command, "entries": list(_outdir.BUILD_ENTRIES),
+            "files": _written([r["name"] for r in records])}
     write_error = None
     doc = None
     try:
@@ -399,7 +426,7 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         print(note, file=sys.stderr)
     try:
         if complete:
-            _outdir.write_mark(work, run_id=run_id, started=started, state="complete", command=command)
+            _outdir.write_mark(work, state="complete", **mark)
             _outdir.replace_dir(work, out, lay.previous)
             _outdir.remove_ours(failed_dir)  # an earlier failure this run supersedes
             return RunOutcome(True, out, doc, refs)
@@ -419,8 +446,7 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         except OSError:
             pass
         try:
-            _outdir.write_mark(work, run_id=run_id, started=started, state="failed", reason=reason,
-                               command=command)
+            _outdir.write_mark(work, state="failed", reason=reason, **mark)
         except OSError:
             pass
         _outdir.replace_dir(work, failed_dir, failed_dir.with_name(failed_dir.name + ".previous"))

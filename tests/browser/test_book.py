@@ -262,3 +262,22 @@ def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
         finally:
             browser.close()
     shutil.rmtree(out, ignore_errors=True)
+
+
+@pytest.mark.parametrize("listed", ["../victim.txt", "html/../../victim.txt", "VICTIM", "victim.txt",
+                                    "html/link/victim.txt", "./html/x", "html//x", ".nogradlab-book"])
+def test_a_marker_listing_a_path_outside_the_books_folders_deletes_nothing(tmp_path, listed):
+    """The marker is a file anyone can edit: an absolute path, ``..``, a file at the top (a build makes only folders there) or one
+    reached through a link out of the folder is refused before anything is deleted."""
+    run = synthetic_run(tmp_path)
+    out = tmp_path / "book"
+    (out / "html").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (out / "victim.txt").write_text("mine")
+    (out / "html" / "link").symlink_to(tmp_path, target_is_directory=True)
+    listed = str(victim) if listed == "VICTIM" else listed
+    (out / ".nogradlab-book").write_text(json.dumps({"made_by": "scripts/book.py", "files": [listed]}))
+    p = _book(run, out, timeout=60)
+    assert p.returncode != 0 and "nothing was deleted" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert victim.read_text() == "mine" and (out / "victim.txt").read_text() == "mine"

@@ -137,6 +137,44 @@ def test_resize_is_tracked():
     assert memory.measure(fn).retained_bytes == 256 * F32
 
 
+def test_a_resized_storage_that_dies_gives_back_its_new_size():
+    def fn():
+        ts = [torch.empty(4) for _ in range(3)]
+        for t in ts:
+            t.untyped_storage().resize_(64)  # 16 -> 64 bytes, outside the dispatcher
+        ts[0].untyped_storage().resize_(8)
+        del ts, t
+        return torch.empty(2)
+
+    r = memory.measure(fn, "cpu", method="storage")
+    assert r.peak_bytes == 3 * 64 and r.retained_bytes == 2 * F32
+
+
+def test_resizes_cost_the_same_however_many_storages_are_live():
+    """The tracker found a resized storage's death callback by searching every live storage's: 50k live
+    tensors and 5k resizes took 8.7 s here (12-18 s in the issue) against 0.06 s untracked."""
+    import time
+
+    def resizes(live):
+        took = []
+
+        def fn():
+            keep = [torch.empty(1) for _ in range(live)]
+            ts = [torch.empty(1) for _ in range(300)]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.untyped_storage().resize_(64)
+            took.append(time.perf_counter() - t0)
+            return len(keep)
+
+        r = memory.measure(fn, "cpu", method="storage")
+        assert r.peak_bytes == live * F32 + 300 * 64
+        return took[0]
+
+    few, many = min(resizes(10) for _ in range(2)), resizes(10000)
+    assert many < 5 * few + 0.02, (few, many)  # was about 60x: a search through 10k callbacks a resize
+
+
 def test_block_rounding():
     r = memory.measure(lambda: torch.ones(3), block=512)
     assert r.retained_bytes == 512

@@ -262,6 +262,9 @@ def small_cnn():
     (["resnet101", "--input", "3x8x8"], "MODULE:FACTORY"),
     (["test_own_model:small_cnn", "--input", "3x-8"], "joined by 'x'"),
     (["test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "24 parsecs"], "units"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "24"], "has no unit and would mean 24 bytes"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "1e9TiB"], "units"),
+    (["test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "99999999TiB"], "under"),
     (["test_own_model:small_cnn", "--input", "3x8x8", "--modes", "grad,fast"], "allowed: grad, no_grad"),
     (["test_own_model:small_cnn", "--input", "3x8x8", "--allocator", "slab"], "allowed: native"),
     (["test_own_model:small_cnn", "--input", "3x8x8", "--dtype", "float8"], "allowed: float32"),
@@ -304,3 +307,20 @@ def test_estimate_command_writes_json_and_never_overwrites_a_foreign_file(tmp_pa
     assert main(argv[:-1] + [str(mine)]) == 2
     assert "not a JSON file of estimate --json written by nogradlab" in capsys.readouterr().err
     assert mine.read_text() == '{"meta": {}, "modes": {}}'
+
+
+def test_estimate_json_onto_a_deeply_nested_file_or_a_folder_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    from nogradlab.__main__ import main
+    from nogradlab.run import yourmodel
+
+    monkeypatch.setattr(fake, "estimate", _never)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)  # json.loads: RecursionError
+    argv = ["estimate", "test_own_model:small_cnn", "--input", "3x8x8", "--gpu", "64MiB", "--no-progress", "--json"]
+    assert main(argv + [str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert "not a JSON file of estimate --json" in err and "Traceback" not in err
+    assert main(argv + [str(tmp_path)]) == 2
+    assert f"e.g. {str(tmp_path / 'estimate.json')!r}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="estimate.json"):
+        yourmodel.check("test_own_model:small_cnn", "3x8x8", save_json=tmp_path)

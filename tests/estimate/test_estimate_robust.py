@@ -321,3 +321,70 @@ def test_the_python_api_takes_a_factory_a_function_or_a_module_and_gives_the_com
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))  # left unchanged
     with pytest.raises(ValueError, match="MODULE:FACTORY"):
         estimate_cmd.estimate(42, "3x8x8")
+
+
+# --- the user's own objects are never touched by an estimate ----------------------------------------------------
+
+def test_an_estimate_leaves_the_objects_a_users_hooks_fill_alone():
+    """A built module with forward hooks that fill the user's list and dict: the estimate runs on fake
+    tensors, so its copy's hooks are not run (they would fill the user's objects with FakeTensors and the next
+    real torch.cat would fail, "Mixing fake modes"); the report says so, naming them."""
+    model = small_cnn()
+    acts, by_name = [], {}
+    model[0].register_forward_hook(lambda m, i, o: acts.append(o))
+    model[1].register_forward_pre_hook(lambda m, i: by_name.__setitem__("relu", i[0]))
+    r = memory.estimate(model, 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert acts == [] and by_name == {}
+    assert any("hook" in n and "not run" in n for n in r.notes), r.notes
+    assert len(model[0]._forward_hooks) == 1  # the user's model keeps its hooks
+    model(torch.randn(2, 3, 8, 8))
+    model(torch.randn(2, 3, 8, 8))
+    assert torch.cat(acts).shape == (4, 8, 8, 8) and by_name["relu"].shape == (2, 8, 8, 8)
+    plain = memory.estimate(small_cnn(), 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert r.peak_bytes == plain.peak_bytes and not any("hook" in n for n in plain.notes)
+
+
+class _Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 16, batch_first=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0][:, -1])
+
+
+def recurrent():
+    return _Recurrent()
+
+
+def test_an_lstm_estimate_gives_no_fake_tensor_data_ptr_warning():
+    """nn.LSTM reads its weights' data_ptr() when it is built and moved: on the estimate's fake tensors (the
+    virtual CUDA device, as the command estimates) torch warned, and the warning reached the command's stderr."""
+    import warnings
+
+    for dev in ("cuda", "cpu"):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            memory.estimate(recurrent, 2, dev, "grad", inputs=(10, 8))
+        assert not [w for w in seen if "data pointer of FakeTensor" in str(w.message)], dev
+
+
+def pruned():
+    m = small_cnn()
+    torch.nn.utils.prune.l1_unstructured(m[3], "weight", amount=0.5)  # weight = weight_orig * mask, in a hook
+    return m
+
+
+def test_a_pruned_model_estimates_the_same_from_its_builder_and_built_and_as_measured():
+    """Pruning keeps ``weight`` as a tensor computed from the weights (no graph leaf: deepcopy refused the
+    builder's copy) and recomputes it in a forward pre-hook of torch's own, which the estimate keeps."""
+    import torch.nn.utils.prune  # noqa: F401
+
+    model = pruned()
+    x = torch.randn(4, 3, 8, 8)
+    real = memory.measure(lambda: model(x), "cpu", method="storage").peak_bytes
+    built = memory.estimate(model, 4, "cpu", "grad", inputs=(3, 8, 8))
+    from_builder = memory.estimate(pruned, 4, "cpu", "grad", inputs=(3, 8, 8))
+    assert built.peak_bytes == from_builder.peak_bytes == real
+    assert not any("hook" in n for n in built.notes + from_builder.notes)

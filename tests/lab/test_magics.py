@@ -103,6 +103,8 @@ def test_modes_defaults_and_runs_the_cell_each_time(ip, capsys):
     ("modes", "--rounds 1", ["at least 2"]),
     ("modes", "--min-run-time -1", ["--min-run-time", "positive"]),
     ("modes", "--min-run-time soon", ["--min-run-time"]),
+    ("modes", "--min-run-time inf", ["--min-run-time", "finite"]),
+    ("modes", "--min-run-time nan", ["--min-run-time", "finite"]),
     ("modes", "--device tpu", ["unknown device", "cpu"]),
     ("memory", "--method guess", ["guess", "storage"]),
     ("memory", "--method allocator", ["allocator", "cuda"]),

@@ -42,6 +42,7 @@ def test_explorer_rejects_bad_arguments(kwargs, words):
 @pytest.mark.parametrize("kwargs, words", [
     (dict(budget_gib=0), ["budget_gib", "positive"]),
     (dict(budget_gib="12"), ["budget_gib"]),
+    (dict(budget_gib=1e308), ["budget_gib", "finite"]),  # finite, but 1e308 GiB in bytes is not
     (dict(modes=("train", "no_grad")), ["eval+no_grad", "inference_mode"]),
     (dict(workload="bert"), ["unknown workload", "unet"]),
     (dict(scale="auto"), ["unknown scale", "tiny"]),
@@ -267,3 +268,8 @@ def test_a_new_budget_shows_a_labelled_prediction_from_earlier_searches_then_the
     bx, shown = _one_new_budget(0.004, modes)
     assert set(bx.predicted) == set(modes) and any("predicted from the searches so far" in v for v in shown)
     assert "predicted" not in bx.status.value  # the exact answer replaces it
+
+
+def test_predicted_batches_refuses_a_budget_no_byte_count_holds():
+    with pytest.raises(ValueError, match="budget_gib"):
+        widgets.predicted_batches("mlp", "tiny", "cpu", 1e308)

@@ -117,3 +117,33 @@ def test_version_and_progress_only_on_a_terminal(capsys, monkeypatch):
     assert cli._progress(argparse.Namespace(no_progress=True)) is False
     help_text = cli.parser()._subparsers._group_actions[0].choices["claims"].format_help()
     assert "installed with the package" in " ".join(help_text.split())
+
+# -- run executes the collection's notebooks, never a user's own notebooks/ unasked ---------------------------------
+
+def _users_project(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01_train.ipynb").write_text("{}")  # would overwrite the user's model.pt
+    (tmp_path / "results").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "myproject"\n')
+    return tmp_path
+
+
+def test_run_in_a_users_project_runs_the_collections_notebooks_not_theirs(tmp_path, monkeypatch):
+    monkeypatch.chdir(_users_project(tmp_path))
+    assert runner.notebooks_dir() == ROOT / "notebooks"  # this checkout's, beside the package
+    assert runner.default_dir("results") != tmp_path / "results"
+    assert runner.notebooks_dir("notebooks") == Path("notebooks")  # asked for: theirs
+
+
+def test_run_in_a_users_project_without_a_checkout_refuses_naming_notebooks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(_users_project(tmp_path))
+    monkeypatch.setattr(runner, "REPO", tmp_path / "site-packages")  # an installed package: no checkout
+    with pytest.raises(FileNotFoundError, match=r"not nogradlab's collection and was not run.*--notebooks notebooks"):
+        runner.notebooks_dir()
+    assert main(["run", "--device", "cpu", "--out", str(tmp_path / "out")]) == 2
+    assert "was not run" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_run_in_a_checkout_uses_its_notebooks(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert runner.is_checkout(ROOT) and runner.notebooks_dir() == Path.cwd() / "notebooks"

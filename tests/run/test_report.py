@@ -282,3 +282,35 @@ def test_terminal_table_wraps_the_measured_column_never_cuts_it_and_names_only_t
     others = [c["id"] for c in doc["claims"][1:]]
     ref_lines = [line for line in text.splitlines() if line.startswith("ref 1")]
     assert ref_lines and not any(i in ref_lines[0] for i in others)
+
+def test_a_lone_surrogate_or_a_folder_name_not_utf8_reads_as_a_replacement_character(tmp_path):
+    """A "\\ud800" escape in a column's strings, or a results folder whose name is not UTF-8: no UTF-8 writer
+    can encode either, so the terminal table, the page and claims.json would crash after the checks."""
+    refs_dir, ref = fake_reference(tmp_path)
+    path = refs_dir / ref["meta"]["machine"] / "claims.json"
+    doc = json.loads(path.read_text())
+    doc["meta"]["device_label"] = "cpu \ud800 box"
+    doc["meta"]["command"] = "x \udcff"
+    for c in doc["claims"]:
+        c["summary"] = "lone \ud800 surrogate"
+        c["error"] = "e \udc80"
+    path.write_text(json.dumps(doc))  # ensure_ascii: written as \\ud800 escapes, as a hostile file would be
+    odd = os.fsencode(str(refs_dir)) + b"/col\xff"
+    os.mkdir(odd)
+    (Path(os.fsdecode(odd)) / "claims.json").write_text(json.dumps(ref))
+    refs = report.load_references(refs_dir)
+    assert sorted(name for name, _ in refs) == sorted([ref["meta"]["machine"], "col\ufffd"])
+    report.terminal_table(fake_doc(), refs, color=False).encode("utf-8")
+    report.render_html(fake_doc(), refs=refs, chart_list=[]).encode("utf-8")
+    report.dumps(refs[0][1]).encode("utf-8")
+    assert "cpu \ufffd box" in report.terminal_table(fake_doc(), refs, color=False, width=200)
+
+
+def test_a_column_with_a_claim_twice_is_skipped_saying_so(tmp_path, capsys):
+    refs_dir, ref = fake_reference(tmp_path)
+    path = refs_dir / ref["meta"]["machine"] / "claims.json"
+    doc = json.loads(path.read_text())
+    doc["claims"].append(dict(doc["claims"][0], verdict="holds"))
+    path.write_text(json.dumps(doc))
+    assert report.load_references(refs_dir) == []
+    assert f"claim id(s) {doc['claims'][0]['id']} appear more than once" in capsys.readouterr().err
