@@ -75,3 +75,25 @@ def test_no_module_imports_itself_back_through_others():
     circles = [(m, t) for m in sorted(g.modules) for t in g.find_modules_directly_imported_by(m)
                if g.chain_exists(importer=t, imported=m)]
     assert circles == []
+
+
+@pytest.mark.parametrize("line", ["from nogradlab import runner", "import nogradlab.runner",
+                                  "from nogradlab.timing import compare"])
+def test_a_flat_alias_import_inside_the_package_fails_lint(tmp_path, line):
+    """Issue 42: a copy of the package with `from nogradlab import runner` inside claims/ passed
+    lint-imports (the layers contract sees only wing paths). `make lint`'s ruff (banned-api, TID251) now
+    refuses every flat alias inside the package; the unchanged copy passes."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed")
+    root = Path(__file__).resolve().parents[2]
+    shutil.copytree(root / "nogradlab", tmp_path / "nogradlab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", tmp_path / "pyproject.toml")
+    clean = subprocess.run([ruff, "check", "--no-cache", "nogradlab"], cwd=tmp_path, capture_output=True, text=True)
+    assert clean.returncode == 0, clean.stdout
+    probes = tmp_path / "nogradlab" / "claims" / "probes.py"
+    text = probes.read_text()
+    head, _, rest = text.partition("\nimport ")
+    probes.write_text(head + f"\n{line}  # noqa: F401\nimport " + rest)
+    dirty = subprocess.run([ruff, "check", "--no-cache", "nogradlab"], cwd=tmp_path, capture_output=True, text=True)
+    assert dirty.returncode != 0 and "TID251" in dirty.stdout, dirty.stdout
