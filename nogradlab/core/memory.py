@@ -214,6 +214,7 @@ class _ModuleStack:
         self.seen: dict = {}  # id -> module, in order of first call
         self.calls: dict = {}
         self.excluded = WeakIdKeyDictionary()  # storages of parameters and buffers
+        self._walked: dict = {}  # id -> module whose own parameters and buffers are in ``excluded``
         self._handles = []
         self._thread = None
 
@@ -222,12 +223,26 @@ class _ModuleStack:
             return
         if id(module) not in self.seen:
             self.seen[id(module)] = module
-            for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
-                st = _storage(t)
-                if st is not None:
-                    self.excluded[st] = True
+            self._exclude(module)
         self.calls[id(module)] = self.calls.get(id(module), 0) + 1
         self.stack.append(module)
+
+    def _exclude(self, module):
+        """Mark the parameters and buffers of ``module`` and of all its submodules, called or not: a
+        module may use a submodule's weights without calling it (``nn.MultiheadAttention`` passes
+        ``out_proj.weight`` to a function, Swin's attention its ``qkv``/``proj`` weights), and those
+        weights are not activations. Each module's subtree is walked once."""
+        todo = [module]
+        while todo:
+            m = todo.pop()
+            if id(m) in self._walked:
+                continue
+            self._walked[id(m)] = m  # kept alive with the probe, so the id is not reused
+            for t in [*m._parameters.values(), *m._buffers.values()]:
+                st = _storage(t) if t is not None else None
+                if st is not None:
+                    self.excluded[st] = True
+            todo.extend(c for c in m._modules.values() if c is not None)
 
     def _post(self, module, args, output):
         if threading.get_ident() != self._thread:
