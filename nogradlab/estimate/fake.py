@@ -329,6 +329,10 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         elif cudamodel.fake_cuda_builds() is False:  # an earlier estimate in this process found out
             notes.append(cudamodel.fake_cuda_fallback_note())
             attempts = [torch.device("cpu")]
+        elif setting.mode == "grad" and not cudamodel.fake_cuda_records_graphs():
+            # a graph recorded on fake CUDA tensors would abort the process (torch 2.9.1 without a driver)
+            notes.append(cudamodel.fake_cuda_graph_note())
+            attempts = [torch.device("cpu")]
         else:
             attempts = [dev, torch.device("cpu")]
     if virtual and setting is not None and setting.autocast:
