@@ -87,6 +87,9 @@ class MemoryReport:
     timeline: "list | None" = None  # [(event index, live bytes, label)] when asked for
     baseline_bytes: "int | None" = None  # estimates: parameters, buffers and inputs live at entry
     notes: list = field(default_factory=list)
+    # memory the figures above do not hold, by operator: [{"op", "bytes" (likely size, None if not known),
+    # "why"}] (an operator's workspace a fake kernel leaves empty, a library's buffers no tensor shows)
+    missed: list = field(default_factory=list)
     label: str = ""
     # estimates on a CUDA device: the caching allocator's view (nogradlab.allocator) of a process
     # that built the model (and ran a warm-up step) and then this step
