@@ -357,6 +357,7 @@ class _LiveTracker(TorchDispatchMode):
         self.timeline = [] if timeline else None
         self._events = 0
         self.uncounted: set = set()  # kinds of tensor made whose bytes are not counted (sparse, nested)
+        self.touched: set = set()  # storages (``_cdata``) operators of this thread read or wrote
 
     def _event(self, label):
         self._events += 1
@@ -416,15 +417,22 @@ class _LiveTracker(TorchDispatchMode):
             out = _modes.run_composite(self, func, args, kwargs)
             if out is not NotImplemented:
                 return out
+        installed = None
+        if self.active and func in _SET_STORAGE and args and isinstance(args[0], torch.Tensor):
+            before = _storage(args[0])
+            installed = before is not None and self.sizes.get(before) == 0 and _rebuilding()
         out = func(*args, **(kwargs or {}))
         if not self.active:
             return out
+        if func in _LIFT_FRESH or installed:
+            self._made_outside(out, func)
         inputs = set()
         for a in tree_flatten((args, kwargs))[0]:
             if isinstance(a, torch.Tensor):
                 st = _storage(a)
                 if st is not None:
                     inputs.add(st._cdata)
+        self.touched |= inputs
         label = getattr(func, "__name__", str(func))
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
@@ -441,6 +449,17 @@ class _LiveTracker(TorchDispatchMode):
                 self._add(st, label)
         return out
 
+    def _made_outside(self, t, func):
+        """A tensor whose storage was made outside the dispatcher and appears here first: ``aten.lift_fresh``
+        ends ``torch.tensor(data)``, ``torch.as_tensor``/``torch.from_numpy`` of an array (the storage is
+        the array's memory, now a tensor's, counted also where the array was made before the call);
+        ``aten.set_`` of a storage into a tensor made empty during the call, from ``torch._utils._rebuild_tensor``,
+        is how ``torch.load`` and ``pickle.loads`` rebuild a tensor from the storage they read. Both returned the input itself, an
+        alias to the check below, so these read 0 B (issue 41)."""
+        st = _storage(t) if isinstance(t, torch.Tensor) else None
+        if st is not None and st not in self.sizes and t.layout == torch.strided:
+            self._add(st, getattr(func, "__name__", str(func)))
+
     def __enter__(self):
         _resize_watch(self, True)
         try:
@@ -454,6 +473,29 @@ class _LiveTracker(TorchDispatchMode):
             return super().__exit__(*exc)
         finally:
             _resize_watch(self, False)
+
+
+_LIFT_FRESH = frozenset(op for op in (getattr(torch.ops.aten.lift_fresh, "default", None),) if op is not None)
+_SET_STORAGE = frozenset(getattr(torch.ops.aten.set_, name) for name in ("source_Storage", "source_Storage_storage_offset")
+                         if hasattr(torch.ops.aten.set_, name))
+
+
+def _rebuilding(depth: int = 6) -> bool:
+    """Whether ``torch._utils._rebuild_tensor`` (``torch.load``, ``pickle.loads``) is among the callers: its
+    ``set_`` installs a storage it has just read, where a ``set_`` of one's own installs an existing one."""
+    import sys
+
+    import torch._utils as tu
+
+    code = getattr(getattr(tu, "_rebuild_tensor", None), "__code__", None)
+    f = sys._getframe(2)
+    for _ in range(depth):
+        if f is None:
+            return False
+        if f.f_code is code:
+            return True
+        f = f.f_back
+    return False
 
 
 class _AllocSeen(TorchDispatchMode):
@@ -664,8 +706,12 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
     ``return_result``: return ``(report, fn())`` instead of the report alone.
     ``other_threads``: on the CPU the storage method counts the calling thread only; ``"warn"`` (the
     default) watches threads and thread-pool work started during the call and notes and warns when they
-    made tensors; ``"ignore"`` for a caller that measures each thread's own work in that thread while
+    made tensors, and notes and warns when the function returns tensors that the calling thread neither
+    made nor used while other threads run (a ``threading.Thread`` started before the call, which the watch
+    cannot wrap); ``"ignore"`` for a caller that measures each thread's own work in that thread while
     others run (a server measuring every request in the thread that serves it).
+    Tensors whose storage is made outside the dispatcher count when they appear: ``torch.tensor(data)``,
+    ``torch.as_tensor``/``torch.from_numpy`` of an array, ``torch.load`` and ``pickle.loads`` of a tensor.
 
     ``fn`` returning lazy work (a generator, ``map``, any iterator, a coroutine) warns and adds a
     note: nothing ran yet, so the report would read 0 B. It is not consumed here (it may be
@@ -702,7 +748,24 @@ def measure(fn, device=None, *, method: str = "auto", exclude=(), timeline: bool
 
 
 #: how the notes of bytes a probe could not see begin (other threads, sparse or nested tensors)
-_UNSEEN = ("another thread made tensors", "made ")
+_UNSEEN = ("another thread made tensors", "another thread may have made", "made ")
+
+
+def _unseen_result_bytes(result, live, mods, saved) -> int:
+    """Bytes of the distinct storages of the tensors ``result`` holds that the calling thread neither made
+    nor passed to an operator during the call, parameters and buffers aside: made elsewhere (a thread
+    started before the probe, which the thread watch cannot wrap) or before the call."""
+    total, seen = 0, set()
+    for t in tree_flatten(result)[0]:
+        if not isinstance(t, torch.Tensor) or isinstance(t, torch.nn.Parameter):
+            continue
+        st = _storage(t)
+        if (st is None or st._cdata in seen or st in live.sizes or st._cdata in live.touched
+                or st in mods.excluded or st in saved.extra_excluded):
+            continue
+        seen.add(st._cdata)
+        total += st.nbytes()
+    return total
 
 
 class LazyResultWarning(UserWarning):
@@ -774,6 +837,15 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
         if live is not None and live.uncounted:
             report.notes.append(f"made {', '.join(sorted(live.uncounted))} tensor(s), whose bytes are not "
                                 "counted (the storage method sees strided storages only): the report reads low")
+        if others is not None and result is not None:
+            unseen = _unseen_result_bytes(result, live, mods, saved)
+            if unseen and threading.active_count() > 1:
+                report.notes.append(
+                    f"another thread may have made the {format_bytes(unseen)} of tensors the function returned: this "
+                    "thread neither made them nor used them during the call, and other threads are running (a "
+                    "threading.Thread started before the call?); the storage method counts the calling thread "
+                    "only, so the peak lacks them: measure the work in the thread that does it (if they were made "
+                    "before the call, nothing is missing)")
         if others is not None and others.allocated[0]:
             report.notes.append("another thread made tensors during the call (a thread pool or "
                                 "threading.Thread): the storage method counts the calling thread only, so "

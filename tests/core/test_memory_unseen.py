@@ -42,3 +42,87 @@ def test_weights_of_an_uncalled_submodule_are_not_saved_activations():
 def test_estimate_excludes_them_too():
     e = memory.estimate(_SelfAttention, N, mode="grad", inputs=(L, E))
     assert e.saved_bytes == MHA_SAVED
+
+
+# --- tensors made outside the dispatcher -----------------------------------------------------------
+MiB = 2 ** 20
+
+
+def _saved(t) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    torch.save(t, buf)
+    return buf.getvalue()
+
+
+def _makers():
+    import io
+    import pickle
+
+    import numpy as np
+
+    ones = torch.ones(MiB // 4)
+    data, pickled, values = _saved(ones), pickle.dumps(ones), [1.0] * (MiB // 4)
+    return {
+        "torch.tensor(list)": lambda: torch.tensor(values),
+        "torch.load": lambda: torch.load(io.BytesIO(data)),
+        "pickle.loads": lambda: pickle.loads(pickled),
+        "torch.from_numpy": lambda: torch.from_numpy(np.ones(MiB // 4, dtype=np.float32)),
+        "torch.as_tensor(array)": lambda: torch.as_tensor(np.ones(MiB // 4, dtype=np.float32)),
+    }
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("how", list(_makers()))
+def test_tensors_made_outside_the_dispatcher_are_counted(how):
+    fn = _makers()[how]
+    r = memory.measure(lambda: fn() * 1)  # the tensor and its product: 2 MiB at the peak, 1 MiB returned
+    assert r.peak_bytes == 2 * MiB, how  # read 1 MiB before (the product alone)
+    assert r.retained_bytes == MiB
+    r = memory.measure(fn)
+    assert r.peak_bytes == r.retained_bytes == MiB, how  # read 0 B before
+
+
+def test_a_tensor_set_to_an_existing_storage_is_not_an_allocation():
+    old = torch.ones(MiB // 4)
+    r = memory.measure(lambda: torch.empty(0).set_(old.untyped_storage()))
+    assert r.peak_bytes == 0  # an alias of a storage made before the call
+
+
+# --- a thread started before the probe ---------------------------------------------------------------
+def test_a_tensor_from_a_thread_started_before_the_probe_is_noted_and_warned():
+    import queue
+    import threading
+    import warnings
+
+    jobs, results = queue.Queue(), queue.Queue()
+
+    def worker():  # a long-lived worker, as servers have: started before the probe
+        while (n := jobs.get()) is not None:
+            results.put(torch.ones(n))
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    try:
+        def fn():
+            jobs.put(4 * MiB)
+            return results.get(timeout=60)
+
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = memory.measure(fn)
+        assert r.peak_bytes == 0  # the probe cannot see it: but it says so (it said nothing before)
+        assert any(n.startswith("another thread may have made the 16.00 MiB") for n in r.notes)
+        assert any("another thread may have made" in str(x.message) for x in w)
+    finally:
+        jobs.put(None)
+        t.join(60)
+
+
+def test_tensors_made_or_used_by_the_calling_thread_are_not_noted():
+    x = torch.ones(1000)
+    assert memory.measure(lambda: x.add_(1)).notes == []  # an input changed in place and returned
+    assert memory.measure(lambda: torch.ones(10)).notes == []
