@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nogradlab.core import device as _device
-from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
+from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, HIDDEN_MARK, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
 
 __all__ = ["estimate", "ALLOCATORS", "NotEstimable", "InputMismatch"]
 
@@ -398,6 +398,9 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                     if rec is not None:
                         rec.active = False
         _TEMPLATES.learn(wl, dtype, observed)
+        if cuda:  # a GPU runs no oneDNN: the CPU trace's notes on its scratch buffers do not apply
+            report.notes = [n for n in report.notes if HIDDEN_MARK not in n]
+            report.missed = [m for m in report.missed if "oneDNN" not in m["why"]]
         if rnn is not None:
             report.notes.extend(rnn.notes())
             report.missed.extend(rnn.missed())

@@ -13,13 +13,13 @@ from nogradlab import memory
 from nogradlab.core import modes
 from nogradlab.estimate import cli, onednn
 
-T, I, H = 6, 8, 16
+T, FEATURES, H = 6, 8, 16
 
 
 class Net(nn.Module):
     def __init__(self, bidirectional=False):
         super().__init__()
-        self.lstm = nn.LSTM(I, H, num_layers=2, batch_first=True, bidirectional=bidirectional)
+        self.lstm = nn.LSTM(FEATURES, H, num_layers=2, batch_first=True, bidirectional=bidirectional)
         self.head = nn.Linear(H * (2 if bidirectional else 1), 3)
 
     def forward(self, x):
@@ -40,24 +40,25 @@ FIELDS = ("peak_bytes", "retained_bytes", "saved_bytes", "saved_tensors")
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_cpu_estimate_equals_the_real_probe(mode, bidirectional):
     torch.manual_seed(0)
-    x = torch.randn(4, T, I)
+    x = torch.randn(4, T, FEATURES)
     real = _measure(Net(bidirectional), x, mode)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's own FakeTensor data_ptr warning inside nn.LSTM
-        est = memory.estimate(lambda: Net(bidirectional), 4, mode=mode, inputs=(T, I))
+        est = memory.estimate(lambda: Net(bidirectional), 4, mode=mode, inputs=(T, FEATURES))
     assert {f: getattr(est, f) for f in FIELDS} == {f: getattr(real, f) for f in FIELDS}
     if mode != "no_grad":  # without the workspace the estimate read 0.1 of these bytes saved
-        assert est.saved_bytes > 2 * onednn.workspace_bytes(I, H, T, 4, onednn.state_copies() or 3)
+        assert est.saved_bytes > 2 * onednn.workspace_bytes(FEATURES, H, T, 4, onednn.state_copies() or 3)
         assert any(n.startswith(onednn.NOTE_PREFIX) and "modelled at the real kernel's size" in n for n in est.notes)
-    assert est.missed == []
+    assert not [m for m in est.missed if "workspace" in m["why"]]  # only oneDNN's scratch, as the real probe's
+    assert est.missed == real.missed
 
 
 def test_cpu_training_step_equals_the_real_probe():
     from nogradlab import ownmodel
 
-    own = ownmodel.Model(Net, ((T, I), torch.float32))
+    own = ownmodel.Model(Net, ((T, FEATURES), torch.float32))
     torch.manual_seed(0)
-    model, x = Net(), torch.randn(4, T, I)
+    model, x = Net(), torch.randn(4, T, FEATURES)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=True)
     memory.train_step(model, x, None, own.loss, opt)  # the momentum buffers exist, as in the estimate's warm state
     real = memory.measure(lambda: memory.train_step(model, x, None, own.loss, opt))
@@ -81,10 +82,10 @@ def test_an_unknown_layout_is_noted_with_the_likely_miss(monkeypatch):
     monkeypatch.setattr(onednn, "_COPIES", [None])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        est = memory.estimate(Net, 4, mode="grad", inputs=(T, I))
-    likely = 2 * onednn.workspace_bytes(I, H, T, 4, 3)
-    assert est.missed == [{"op": "aten.mkldnn_rnn_layer", "bytes": likely,
-                           "why": est.missed[0]["why"]}] and "lays it out otherwise" in est.missed[0]["why"]
+        est = memory.estimate(Net, 4, mode="grad", inputs=(T, FEATURES))
+    likely = 2 * onednn.workspace_bytes(FEATURES, H, T, 4, 3)
+    (ws,) = [m for m in est.missed if "workspace" in m["why"]]
+    assert ws["op"] == "aten.mkldnn_rnn_layer" and ws["bytes"] == likely and "lays it out otherwise" in ws["why"]
     assert any(n.startswith(onednn.NOTE_PREFIX) and "likely low by about" in n for n in est.notes)
 
 
@@ -92,9 +93,9 @@ def test_an_unknown_layout_is_noted_with_the_likely_miss(monkeypatch):
 def test_the_command_table_marks_a_cuda_lstm():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        doc = cli.estimate(Net, f"{T}x{I}", gpu="64MiB", modes="grad,no_grad")
+        doc = cli.estimate(Net, f"{T}x{FEATURES}", gpu="64MiB", modes="grad,no_grad")
     assert doc["modes"]["grad"]["missed"][0]["op"] == "aten.mkldnn_rnn_layer"
-    assert doc["modes"]["grad"]["missed"][0]["bytes"] == 2 * onednn.workspace_bytes(I, H, T, 1, 3)
+    assert doc["modes"]["grad"]["missed"][0]["bytes"] == 2 * onednn.workspace_bytes(FEATURES, H, T, 1, 3)
     assert doc["modes"]["no_grad"]["missed"] == []  # no workspace without grad
     table = cli.text(doc)
     rows = {line.split()[0]: line for line in table.splitlines()[2:4]}
