@@ -76,3 +76,20 @@ def test_the_real_check_survives_and_answers():
         assert ok is True
     elif release == (2, 9):
         assert ok is False
+
+
+def test_a_grad_estimate_on_the_virtual_cuda_device_leaves_the_process_alive():
+    """The reproduction itself, in a process of its own: on torch 2.9.1 without a CUDA driver the grad mode's
+    estimate aborted it (SIGABRT, exit status 134 in a shell, -6 here)."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("import torch.nn as nn\n"
+            "from nogradlab.estimate import cli\n"
+            "d = cli.estimate(lambda: nn.Sequential(nn.Linear(4, 4), nn.ReLU()), '4', gpu='1GiB', modes='grad')\n"
+            "print('largest batch', d['modes']['grad']['largest_batch'])\n")
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "largest batch" in p.stdout
