@@ -455,8 +455,9 @@ class _LiveTracker(TorchDispatchMode):
     def _hidden(self, func, args):
         """Note an operator whose CPU kernel (oneDNN) keeps buffers inside itself that no tensor shows."""
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if x is None or x.device.type != "cpu" or not torch.backends.mkldnn.is_available():
-            return
+        if (x is None or x.device.type != "cpu" or not torch.backends.mkldnn.is_available()
+                or not torch._C._get_mkldnn_enabled() or x.dtype not in _ONEDNN_DTYPES):
+            return  # the kernel does not take oneDNN's path (switched off, float64...)
         if func in _RNN_OPS:
             # oneDNN's scratchpad for the gates, one layer call at a time: T*N*4H floats (its good
             # leading dimension), the size that matched the allocator's excess on an LSTM (issue 41)
@@ -507,6 +508,7 @@ _RNN_OPS = tuple(getattr(torch.ops.aten, n).default for n in ("mkldnn_rnn_layer"
 # MemTracker (issue 41: an LSTM 19-28 % above the storage peak, a checkpointed conv net 14-24 %)
 _HIDDEN_OPS = frozenset(_RNN_OPS + tuple(getattr(torch.ops.aten, n).default for n in
                                          ("convolution", "convolution_backward") if hasattr(torch.ops.aten, n)))
+_ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: the words of the notes on oneDNN's scratch buffers (an estimate for a CUDA device leaves them out)
 HIDDEN_MARK = "oneDNN keeps scratch buffers inside it"
 _LIFT_FRESH = frozenset(op for op in (getattr(torch.ops.aten.lift_fresh, "default", None),) if op is not None)

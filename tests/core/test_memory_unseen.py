@@ -145,3 +145,15 @@ def test_onednn_operators_say_their_scratch_buffers_are_not_counted():
     assert any(n.startswith("aten.convolution ran on the CPU") for n in r.notes)
     r = memory.measure(lambda: nn.functional.linear(torch.randn(2, 3), torch.randn(4, 3)))
     assert r.notes == [] and r.missed == []  # a matrix product: nothing hidden (equal to the profiler's view)
+
+
+def test_no_onednn_note_where_its_path_is_not_taken():
+    conv = nn.Conv2d(3, 4, 3).double()
+    assert memory.measure(lambda: conv(torch.randn(1, 3, 8, 8, dtype=torch.float64))).notes == []
+    conv = nn.Conv2d(3, 4, 3)
+    before = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False  # (its flags() context also sets TF32, and warns)
+    try:
+        assert memory.measure(lambda: conv(torch.randn(1, 3, 8, 8))).notes == []
+    finally:
+        torch.backends.mkldnn.enabled = before
