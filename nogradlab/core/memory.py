@@ -473,9 +473,10 @@ class _LiveTracker(TorchDispatchMode):
         """A tensor whose storage was made outside the dispatcher and appears here first: ``aten.lift_fresh``
         ends ``torch.tensor(data)``, ``torch.as_tensor``/``torch.from_numpy`` of an array (the storage is
         the array's memory, now a tensor's, counted also where the array was made before the call);
-        ``aten.set_`` of a storage into a tensor made empty during the call, from ``torch._utils._rebuild_tensor``,
-        is how ``torch.load`` and ``pickle.loads`` rebuild a tensor from the storage they read. Both returned the input itself, an
-        alias to the check below, so these read 0 B (issue 41)."""
+        ``aten.set_`` of a storage into a tensor made empty during the call, from
+        ``torch._utils._rebuild_tensor``, is how ``torch.load`` and ``pickle.loads`` rebuild a tensor from
+        the storage they read. Both return their input, which the check for aliases below skips: these
+        read 0 B (issue 41)."""
         st = _storage(t) if isinstance(t, torch.Tensor) else None
         if st is not None and st not in self.sizes and t.layout == torch.strided:
             self._add(st, getattr(func, "__name__", str(func)))
@@ -511,8 +512,10 @@ _HIDDEN_OPS = frozenset(_RNN_OPS + tuple(getattr(torch.ops.aten, n).default for 
 _ONEDNN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: the words of the notes on oneDNN's scratch buffers (an estimate for a CUDA device leaves them out)
 HIDDEN_MARK = "oneDNN keeps scratch buffers inside it"
+HIDDEN_WHY = "oneDNN's scratch buffers, which no tensor shows"  # their entries' "why" in ``missed``
 _LIFT_FRESH = frozenset(op for op in (getattr(torch.ops.aten.lift_fresh, "default", None),) if op is not None)
-_SET_STORAGE = frozenset(getattr(torch.ops.aten.set_, name) for name in ("source_Storage", "source_Storage_storage_offset")
+_SET_STORAGE = frozenset(getattr(torch.ops.aten.set_, name)
+                         for name in ("source_Storage", "source_Storage_storage_offset")
                          if hasattr(torch.ops.aten.set_, name))
 
 
@@ -875,12 +878,12 @@ def _run(fn, dev, method, exclude, timeline, block, label, return_result, fake=F
                                 "counted (the storage method sees strided storages only): the report reads low")
         if live is not None:
             for op, (calls, likely) in sorted(live.hidden.items()):
-                size = (f"by about {format_bytes(likely)} (its scratch for the gates, one layer call's)"
-                        if likely else "by an amount not known here (in a small conv net's training step: 20 % of its peak)")
+                size = (f"by about {format_bytes(likely)} (its scratch for the gates, one layer call's)" if likely
+                        else "by an amount not known here (in a small conv net's training step: 20 % of its peak)")
                 report.notes.append(
-                    f"{op} ran on the CPU ({calls} call(s)): {HIDDEN_MARK} that no tensor shows, so the process's peak is likely higher than reported {size}; torch.profiler's "
-                    "memory timeline sees them")
-                report.missed.append({"op": op, "bytes": likely, "why": "oneDNN's scratch buffers, which no tensor shows"})
+                    f"{op} ran on the CPU ({calls} call(s)): {HIDDEN_MARK} that no tensor shows, so the process's "
+                    f"peak is likely higher than reported {size}; torch.profiler's memory timeline sees them")
+                report.missed.append({"op": op, "bytes": likely, "why": HIDDEN_WHY})
         if others is not None and result is not None:
             unseen = _unseen_result_bytes(result, live, mods, saved)
             if unseen and threading.active_count() > 1:

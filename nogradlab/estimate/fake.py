@@ -14,7 +14,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nogradlab.core import device as _device
-from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, HIDDEN_MARK, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
+from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, HIDDEN_MARK, HIDDEN_WHY, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
 
 __all__ = ["estimate", "ALLOCATORS", "NotEstimable", "InputMismatch"]
 
@@ -400,7 +400,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         _TEMPLATES.learn(wl, dtype, observed)
         if cuda:  # a GPU runs no oneDNN: the CPU trace's notes on its scratch buffers do not apply
             report.notes = [n for n in report.notes if HIDDEN_MARK not in n]
-            report.missed = [m for m in report.missed if "oneDNN" not in m["why"]]
+            report.missed = [m for m in report.missed if m["why"] != HIDDEN_WHY]
         if rnn is not None:
             report.notes.extend(rnn.notes())
             report.missed.extend(rnn.missed())
@@ -428,7 +428,8 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
             notes.append(cudamodel.fake_cuda_fallback_note())
         elif last_error is not None:
             notes.append(f"the fake CUDA device could not run this step without a GPU "
-                         f"({type(last_error).__name__}: {(str(last_error).splitlines() or [''])[0][:120]}); estimated on the "
+                         f"({type(last_error).__name__}: {(str(last_error).splitlines() or [''])[0][:120]}); "
+                         "estimated on the "
                          f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
         report.device = str(dev)
         report.baseline_bytes = base
