@@ -101,3 +101,8 @@ def test_the_command_table_marks_a_cuda_lstm():
     rows = {line.split()[0]: line for line in table.splitlines()[2:4]}
     assert rows["grad"].endswith("*") and not rows["no_grad"].endswith("*")
     assert any(line.startswith("* grad: low by about") and "cuDNN" in line for line in table.splitlines())
+    from nogradlab.run import yourmodel
+
+    frame = yourmodel.estimate_frame(doc)  # notebook 10's table says it too
+    assert frame.loc["grad", "not counted @1"].endswith("(aten.mkldnn_rnn_layer)")
+    assert frame.loc["no_grad", "not counted @1"] == "-"
