@@ -55,6 +55,8 @@ INTEGRATION_TESTS = {
     "estimate/test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
     "core/test_workloads.py": {"test_tiny_forward_backward"},
     "core/test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
+    "estimate/test_virtual_cuda_graphs.py": {"test_the_real_check_survives_and_answers",
+                                             "test_a_grad_estimate_on_the_virtual_cuda_device_leaves_the_process_alive"},
     "run/test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
                                "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
     # notebook 05's checks, run end to end (as the rest of test_claims_numbers.py); its judge tests are unit

@@ -210,6 +210,7 @@ def estimate_modes(own, modes, budget: int, *, trainable: bool = True, allocator
     """The command's per-mode loop, shared with notebook 10 (:mod:`nogradlab.yourmodel`): per mode the
     estimate at ``batch`` and the largest batch under ``budget`` bytes. Returns ``(modes, notes, skipped,
     not_applicable)``; a mode that fails is skipped with its reason, the others kept."""
+    from nogradlab.estimate import onednn
     from nogradlab.estimate.fake import InputMismatch
 
     out, notes, skipped, not_applicable = {}, [], {}, []
@@ -246,9 +247,12 @@ def estimate_modes(own, modes, budget: int, *, trainable: bool = True, allocator
         out[m] = {"allocated_peak_bytes": r.allocated_bytes, "reserved_peak_bytes": r.reserved_bytes,
                   "largest_batch": b.batch, "at_limit": b.at_limit, "setting": MODES[m],
                   "trials": len(b.trials), "seconds": b.seconds,
-                  "search": next((n.split(": ", 1)[1] for n in b.notes if n.startswith(_batch.SEARCH_NOTE)), "")}
-        notes.extend(n for n in r.notes + b.notes if n not in notes and not n.startswith("reserved bytes")
-                     and not n.startswith(_batch.SEARCH_NOTE))
+                  "search": next((n.split(": ", 1)[1] for n in b.notes if n.startswith(_batch.SEARCH_NOTE)), ""),
+                  # memory the figures lack, by operator (an LSTM's workspace on a CUDA device...): the table says it
+                  "missed": [dict(x) for x in r.missed]}
+        # the search's last trial repeats the notes at another batch; those that carry its sizes are left out
+        notes.extend(n for n in r.notes + [n for n in b.notes if not n.startswith(onednn.NOTE_PREFIX)]
+                     if n not in notes and not n.startswith("reserved bytes") and not n.startswith(_batch.SEARCH_NOTE))
     return out, notes, skipped, not_applicable
 
 
@@ -323,13 +327,23 @@ def text(doc: dict) -> str:
              f"{fb(meta['gpu_bytes'])} on {meta['device']}, {meta['gpu_profile']} modelled, "
              f"{meta['allocator']} allocator"]
     rows = [("mode", f"allocated @{b}", f"reserved @{b}", "largest batch")]
+    low = []  # the table's own word on figures known to be low (not only a note at the end)
     for m, e in doc["modes"].items():
         lb = f"{e['largest_batch']}" + (" (at limit)" if e["at_limit"] else "")
-        rows.append((m, fb(e["allocated_peak_bytes"]), fb(e["reserved_peak_bytes"]), lb))
+        mark = ""
+        if e.get("missed"):
+            mark = " *"
+            lb += " *"
+            for x in e["missed"]:
+                size = f"about {fb(x['bytes'])}" if x.get("bytes") else "an unknown amount"
+                low.append(f"* {m}: low by {size} at batch {b} (more at larger batches; the largest batch may be "
+                           f"smaller): {x['op']}: {x['why']}")
+        rows.append((m, fb(e["allocated_peak_bytes"]) + mark, fb(e["reserved_peak_bytes"]) + mark, lb))
     # columns two spaces apart, each as wide as its widest cell: they never run together
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())
+    lines += low
     for m, why in doc.get("skipped", {}).items():
         lines.append(f"{m}: {why}" if why.startswith("not applicable") else f"{m}: not estimated: {why}")
     f = doc["no_grad_factor"]

@@ -516,6 +516,69 @@ def fake_cuda_fallback_note() -> str:
             "are traced as the CPU runs them")
 
 
+# Whether autograd can record a graph on the virtual CUDA device in this process: None until asked.
+# torch 2.9.1's CUDA wheel on a machine without a CUDA driver cannot: every graph node made for a CUDA
+# tensor (``AccumulateGrad`` for a parameter, ``MulBackward`` for an input's product) records the
+# current CUDA stream in its ``InputMetadata``, which initialises CUDA, and the resulting
+# ``c10::AcceleratorError`` is thrown where nothing catches it: the process aborts (SIGABRT), so no
+# ``try`` can fall back. torch 2.14.1 records the graph without asking the driver (checked there).
+# Releases before 2.14 are asked once, in a subprocess that records one node, before any grad-mode
+# step is traced on the virtual device.
+_GRAPH_OK_FROM = (2, 14)
+_fake_cuda_graphs: "bool | None" = None
+_fake_cuda_graphs_why = ""
+_GRAPH_PROBE = ("import torch\n"
+                "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+                "with FakeTensorMode():\n"
+                "    x = torch.empty(2, device='cuda', requires_grad=True)\n"
+                "    y = x * 2\n"
+                "print('recorded', y.requires_grad)\n")
+
+
+def _torch_release() -> tuple:
+    import re
+
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def fake_cuda_records_graphs() -> bool:
+    """Whether recording autograd's graph on fake CUDA tensors is safe in this process (no GPU here):
+    True from torch 2.14 on; before, one subprocess (this Python, this torch) records a node on the
+    virtual device and says whether it survived. The answer is kept for the process."""
+    global _fake_cuda_graphs, _fake_cuda_graphs_why
+    if _fake_cuda_graphs is not None:
+        return _fake_cuda_graphs
+    if _torch_release() >= _GRAPH_OK_FROM:
+        _fake_cuda_graphs = True
+        return True
+    import subprocess
+    import sys
+
+    try:
+        p = subprocess.run([sys.executable, "-c", _GRAPH_PROBE], capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+        ok = p.returncode == 0 and "recorded True" in p.stdout
+        if not ok:
+            lines = p.stderr.splitlines()
+            err = ([ln for ln in lines if "driver" in ln.lower()] or [ln for ln in lines if "error" in ln.lower()])
+            why = err[0].strip()[:120] if err else f"exit status {p.returncode}"
+            _fake_cuda_graphs_why = f"the check process ended with {why}"
+    except (OSError, subprocess.SubprocessError) as e:  # no subprocess here: take the safe path
+        ok = False
+        _fake_cuda_graphs_why = f"the check could not run ({type(e).__name__})"
+    _fake_cuda_graphs = ok
+    return ok
+
+
+def fake_cuda_graph_note() -> str:
+    return (f"autograd cannot record a graph on the virtual CUDA device with torch {torch.__version__} in a "
+            f"process without a CUDA driver: it asks the driver for the current stream and the process aborts "
+            f"({_fake_cuda_graphs_why}; torch 2.14.1 does not); this grad-mode step was estimated on the fake "
+            "CPU device instead, with CUDA's 512-byte block rounding and the kernel model's substitutions "
+            "the notes list; operators that CUDA runs otherwise than the CPU are traced as the CPU runs them")
+
+
 # The device-generic autocast state API (``torch.is_autocast_enabled("cuda")``,
 # ``torch.get_autocast_dtype("cuda")`` and their setters) came with torch 2.4
 # (pytorch/pytorch#124359); before it the CUDA state had its own functions, without a device.

@@ -15,7 +15,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from nogradlab.core import device as _device
-from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
+from nogradlab.core.memory import CUDA_BLOCK, FUSED_PATH_NOTE, HIDDEN_MARK, HIDDEN_WHY, STEPS, MemoryReport, _OPTIMIZERS, _entry_bytes, _run, _run_traced, _storage, format_bytes, fused_paths_off, train_step
 
 __all__ = ["estimate", "ALLOCATORS", "NotEstimable", "InputMismatch"]
 
@@ -340,7 +340,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from nogradlab.estimate import allocator as _alloc
-    from nogradlab.estimate import cudamodel
+    from nogradlab.estimate import cudamodel, onednn
     from nogradlab.core import modes, ownmodel, workloads
 
     if step not in STEPS:
@@ -374,6 +374,10 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         elif cudamodel.fake_cuda_builds() is False:  # an earlier estimate in this process found out
             notes.append(cudamodel.fake_cuda_fallback_note())
             attempts = [torch.device("cpu")]
+        elif setting.mode == "grad" and not cudamodel.fake_cuda_records_graphs():
+            # a graph recorded on fake CUDA tensors would abort the process (torch 2.9.1 without a driver)
+            notes.append(cudamodel.fake_cuda_graph_note())
+            attempts = [torch.device("cpu")]
         else:
             attempts = [dev, torch.device("cpu")]
     if virtual and setting is not None and setting.autocast:
@@ -395,6 +399,8 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         fused transformer path, recorder, kernel model)."""
         rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
         km = cudamodel.kernel_model() if cuda else None
+        # oneDNN's LSTM workspace on the CPU; on CUDA traced on the fake CPU device, its miss noted
+        rnn = onednn.RnnWorkspace(for_cuda=cuda) if target_dev.type == "cpu" else None
         paths = contextlib.nullcontext() if fast_path else fused_paths_off()
         autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
         template = _TEMPLATES.get(wl, dtype, target_dev, rec is not None)
@@ -418,10 +424,11 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                     for m in model.modules())
                 base = _entry_bytes(model, entry, block)
                 run = fn
-                if km is not None or own:
+                if km is not None or own or rnn is not None:
                     def run(fn=fn):  # the kernel model sits above the trackers _run enters
                         with km if km is not None else contextlib.nullcontext(), \
-                                _SameDtypes(wl.name) if own else contextlib.nullcontext():
+                                _SameDtypes(wl.name) if own else contextlib.nullcontext(), \
+                                rnn if rnn is not None else contextlib.nullcontext():
                             return fn()
                 label = f"{wl.name} {step} {mode if step == 'forward' else optimizer} batch {batch}"
                 try:
@@ -429,10 +436,22 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                         report = _run_traced(run, target_dev, label)
                     else:
                         report = _run(run, target_dev, "storage", (), timeline, block, label, False, fake=True)
+                except Exception as e:
+                    # an error of the step itself (an operator, after the model was built): it says nothing
+                    # about other models on the virtual device (nn.LSTM asks the driver; a Conv2d does not)
+                    with contextlib.suppress(AttributeError, TypeError):
+                        e._nogradlab_in_step = True
+                    raise
                 finally:
                     if rec is not None:
                         rec.active = False
         _TEMPLATES.learn(wl, dtype, observed)
+        if cuda:  # a GPU runs no oneDNN: the CPU trace's notes on its scratch buffers do not apply
+            report.notes = [n for n in report.notes if HIDDEN_MARK not in n]
+            report.missed = [m for m in report.missed if m["why"] != HIDDEN_WHY]
+        if rnn is not None:
+            report.notes.extend(rnn.notes())
+            report.missed.extend(rnn.missed())
         return report, base, fused, rec, km
 
     last_error = None
@@ -452,11 +471,13 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
                 raise
             last_error = e
             continue
-        if last_error is not None and cudamodel.note_fake_cuda_error(last_error):
+        if (last_error is not None and not getattr(last_error, "_nogradlab_in_step", False)
+                and cudamodel.note_fake_cuda_error(last_error)):
             notes.append(cudamodel.fake_cuda_fallback_note())
         elif last_error is not None:
             notes.append(f"the fake CUDA device could not run this step without a GPU "
-                         f"({type(last_error).__name__}: {str(last_error)[:120]}); estimated on the "
+                         f"({type(last_error).__name__}: {(str(last_error).splitlines() or [''])[0][:120]}); "
+                         "estimated on the "
                          f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
         report.device = str(dev)
         report.baseline_bytes = base

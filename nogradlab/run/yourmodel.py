@@ -479,6 +479,11 @@ def estimate_frame(doc: dict):
              f"largest batch under {_format.bytes_(doc['meta']['gpu_bytes'])}":
                  f">= {e['largest_batch']} (search limit)" if e["at_limit"] else str(e["largest_batch"]),
              "trials": e["trials"]} for m, e in doc["modes"].items()]
+    if any(e.get("missed") for e in doc["modes"].values()):  # the table says where a figure is low, as the command's
+        for row, e in zip(rows, doc["modes"].values()):
+            row[f"not counted @{b}"] = "; ".join(
+                f"{'about ' + _format.bytes_(x['bytes']) if x.get('bytes') else 'unknown'} ({x['op']})"
+                for x in e.get("missed", [])) or "-"
     return pd.DataFrame(rows).set_index("mode")
 
 
