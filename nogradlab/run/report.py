@@ -398,7 +398,7 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
         return f"\033[{_ANSI[word]}m{cell}\033[0m" if color else cell
 
     fixed = sum(widths) + 2 * len(widths) + 14
-    room = max(20, width - fixed)
+    room = width - fixed
     lines = ["  ".join(h[:w].ljust(w) for h, w in zip(heads, widths)) + "  article".ljust(16) + "measured"]
     for c in doc["claims"]:
         cells = [plain_text(c["id"]).ljust(3), paint(verdict_word(c["verdict"]), vw)]
@@ -407,9 +407,14 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
         figs = textwrap.wrap(plain_text(c["figure"] or "-"), 12, break_on_hyphens=False) or ["-"]
         summ = plain_text(" ".join(str(c["summary"]).split()))
+        indent = " " * (sum(widths) + 2 * len(widths))
+        if room < 40:  # too many columns for the terminal: the summary goes under its row, at full width
+            lines.append(("  ".join(cells) + "  " + figs[0]).rstrip())
+            lines += [(indent + f).rstrip() for f in figs[1:]]
+            lines += ["     " + w for w in textwrap.wrap(summ, max(20, width - 5), break_on_hyphens=False)]
+            continue
         wrapped = textwrap.wrap(summ, room, break_long_words=True, break_on_hyphens=False) or [""]
         lines.append("  ".join(cells) + "  " + figs[0].ljust(14) + wrapped[0])
-        indent = " " * (sum(widths) + 2 * len(widths))
         for k in range(1, max(len(figs), len(wrapped))):
             more = (figs[k] if k < len(figs) else "").ljust(14) + (wrapped[k] if k < len(wrapped) else "")
             lines.append((indent + more).rstrip())

@@ -314,3 +314,12 @@ def test_a_column_with_a_claim_twice_is_skipped_saying_so(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     assert report.load_references(refs_dir) == []
     assert f"claim id(s) {doc['claims'][0]['id']} appear more than once" in capsys.readouterr().err
+
+
+def test_terminal_table_puts_the_summary_under_its_row_when_the_columns_leave_no_room():
+    doc = fake_doc()
+    refs = [(f"m{i}", doc) for i in range(4)]
+    table = report.terminal_table(doc, refs, width=100)
+    assert max(len(line) for line in table.splitlines() if line.startswith("     ")) <= 100
+    row = next(i for i, line in enumerate(table.splitlines()) if line.startswith(doc["claims"][0]["id"]))
+    assert table.splitlines()[row + 1].startswith("     ") and "fake summary" in table
