@@ -409,8 +409,7 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
         summ = plain_text(" ".join(str(c["summary"]).split()))
         indent = " " * (sum(widths) + 2 * len(widths))
         if room < 40:  # too many columns for the terminal: the summary goes under its row, at full width
-            lines.append(("  ".join(cells) + "  " + figs[0]).rstrip())
-            lines += [(indent + f).rstrip() for f in figs[1:]]
+            lines.append(("  ".join(cells) + "  " + " ".join(figs)).rstrip())
             lines += ["     " + w for w in textwrap.wrap(summ, max(20, width - 5), break_on_hyphens=False)]
             continue
         wrapped = textwrap.wrap(summ, room, break_long_words=True, break_on_hyphens=False) or [""]
