@@ -13,6 +13,8 @@ at anchors in 00_index. (Execution itself is tested in test_notebooks.py.)
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -419,25 +421,40 @@ def test_verdict_asserts_sees_what_it_should():
 # --------------------------------------------------------------------------------------------
 # finding the way: the time a notebook takes, and the next one
 
-TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.", re.M)
+TIME_RE = re.compile(r"^Time: about (\d+) s on a quiet 2-core CPU \(tiny scale\), up to about (\d+) s on a busy one\.",
+                     re.M)
+#: the stored session benchmark the headers' times come from (one papermill pass on a quiet machine)
+SESSION = json.loads((REPO / "results" / "cpu-amd-epyc-2-threads" / "session.json").read_text())
+#: a learner's read on a busy 2-core machine took 1.3 to 3.4 times the quiet figures (issue 40)
+BUSY_FACTOR = 3.5
 
 
-def _header_seconds(stem: str) -> "int | None":
+def _up5(seconds: float) -> int:
+    return 5 * math.ceil(seconds / 5)
+
+
+def _header_seconds(stem: str) -> "tuple | None":
     m = TIME_RE.search(_nb(stem).cells[0].source)
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @pytest.mark.parametrize("stem", ALL)
 def test_header_says_how_long_it_takes(stem):
-    stated = _header_seconds(stem)  # the text a learner reads, not a measured time
-    assert stated is not None, f"{stem}: the title cell needs a line 'Time: about N s on a 2-core CPU (tiny scale)'"
-    assert stated > 0 and stated % 5 == 0, f"{stem}: round the time up to 5 s, got {stated}"
+    """A range, not one figure: the quiet machine's time from the stored session benchmark, rounded up to
+    5 s, and 3.5 times that for a busy one."""
+    stated = _header_seconds(stem)  # the text a learner reads
+    assert stated is not None, f"{stem}: the title cell needs a line 'Time: about N s on a quiet 2-core CPU " \
+        "(tiny scale), up to about M s on a busy one.'"
+    measured = SESSION["papermill"]["notebooks"][stem]["seconds"]
+    assert stated == (_up5(measured), _up5(BUSY_FACTOR * _up5(measured))), \
+        f"{stem}: session.json has {measured} s: say about {_up5(measured)} s, up to about " \
+        f"{_up5(BUSY_FACTOR * _up5(measured))} s; the header says {stated}"
 
 
 def test_index_lists_the_same_times():
     text = "\n".join(c.source for c in _nb("00_index").cells if c.cell_type == "markdown")
-    listed = dict(re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| about (\d+) s \|$", text, re.M))
-    assert {s: int(v) for s, v in listed.items()} == {s: _header_seconds(s) for s in LESSONS + BEYOND}
+    listed = re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| (\d+)-(\d+) s \|$", text, re.M)
+    assert {s: (int(a), int(b)) for s, a, b in listed} == {s: _header_seconds(s) for s in LESSONS + BEYOND}
 
 
 @pytest.mark.parametrize("stem", ALL)
