@@ -572,6 +572,32 @@ def test_diagrams_draw_from_plain_pytorch_objects():
         assert f._repr_png_()[:4] == b"\x89PNG"
 
 
+def test_allocator_steps_draws_one_panel_per_step_and_names_each():
+    """02's live picture: a short sequence of requests replayed through the allocator's model, one panel
+    per step, each with its caption; the large-pool split it shows is the source's (should_split: a
+    block is split when more than 1 MiB would remain)."""
+    from nogradlab import allocator, diagrams
+
+    mib = 2 ** 20
+    a, steps = allocator.Allocator(), []
+    held = {k: a.malloc(5 * mib) for k in "abcd"}
+    steps.append(("four 5 MiB tensors", a.snapshot()))
+    a.free(held.pop("a"))
+    a.free(held.pop("c"))
+    held["x"] = a.malloc(8 * mib)
+    held["y"] = a.malloc(21 * mib // 2)  # 10.5 MiB: the 12 MiB hole, split (1.5 MiB > 1 MiB left)
+    steps.append(("split", a.snapshot()))
+    held["z"] = a.malloc(5 * mib // 4)  # 1.25 MiB: the whole 1.5 MiB block (0.25 MiB is too little to split)
+    steps.append(("whole block", a.snapshot()))
+    assert [(b / mib, used) for b, used in a.snapshot()[0].blocks] == [(8, True), (10.5, True), (1.5, True)]
+    fig = diagrams.allocator_steps(steps)
+    assert len(fig.axes) == 3 and [ax.get_title() for ax in fig.axes] == ["four 5 MiB tensors", "split",
+                                                                          "whole block"]
+    assert fig._repr_png_()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="at least one"):
+        diagrams.allocator_steps([])
+
+
 # --------------------------------------------------------------------------------------------
 # the opening: title, one setup cell, the parameters, then the goals
 
