@@ -6,12 +6,14 @@
     saved = yourmodel.saved_by_layer(net, x)          # what one forward keeps for backward, per layer
     here = yourmodel.measure_here(spec, "cpu", "tiny", seed=0)   # peaks and times per mode, here
     gpu = yourmodel.estimate(spec)                     # the `nogradlab estimate --json` document
+    yourmodel.caveats(gpu)                             # its notes in plain words, by the rows they qualify
     sizes = yourmodel.gpu_sizes(spec, gpu, "tiny")     # the largest batch on a few common GPUs
     yourmodel.recipe(saved, here, gpu, sizes)          # what to do, from what was measured
     yourmodel.save(spec, gpu, here)                    # that document plus "here", to spec.save_json
 
-The terms are ``python -m nogradlab estimate``'s: ``model`` is ``MODULE:FACTORY`` (called with
-``weights=None`` when it takes that keyword), ``input`` one sample's shape (``"3x224x224"``), ``dtype``
+The terms are ``python -m nogradlab estimate``'s: ``model`` is ``MODULE:FACTORY``, a function called with
+no arguments that returns the model (with ``weights=None`` when it takes that keyword; a factory defined in
+a notebook is ``__main__:factory``), ``input`` one sample's shape (``"3x224x224"``), ``dtype``
 the inputs' dtype (a floating dtype is the model's too; an integer dtype gives token ids, zeros), ``gpu``
 the memory budget. Several inputs: shapes joined by commas (``"3x32x32,16"``), with one dtype for all or
 one per input (``"float32,int64"``); they are passed as positional arguments. (The command takes one input
