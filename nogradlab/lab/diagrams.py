@@ -7,6 +7,7 @@ nothing registered with pyplot).
 * :func:`grad_mode_timeline` - grad mode as a per-thread switch: one lane per thread, on/off over time.
 * :func:`eval_grad_grid` - the ``model.eval()`` x ``no_grad`` 2x2 grid: what each switch changes.
 * :func:`allocator_segments` - caching-allocator segments with their blocks in use and the holes.
+* :func:`allocator_steps` - the same after each step of a short sequence of requests, one panel a step (02).
 * :func:`where_memory_goes` - a forward pass's memory at its peak, grad vs no_grad (05).
 * :func:`autocast_grid` - the 2x2 grid of autocast and no_grad: dtype and grad_fn (06).
 * :func:`request_timeline` - an event loop's grad mode over time while requests await (07).
@@ -28,8 +29,8 @@ from nogradlab.core import format as _format
 from nogradlab.lab.plots import Figure
 
 __all__ = ["autograd_graph", "graph_nodes", "grad_mode_timeline", "eval_grad_grid", "allocator_segments",
-           "where_memory_goes", "autocast_grid", "request_timeline", "named_graph", "inference_rules",
-           "modes_table"]
+           "allocator_steps", "where_memory_goes", "autocast_grid", "request_timeline", "named_graph",
+           "inference_rules", "modes_table"]
 
 _ON, _OFF, _SAVED, _LEAF = "#2c7fb8", "#d95f0e", "#fdd49e", "#c7e9c0"
 
@@ -192,13 +193,17 @@ def eval_grad_grid(outputs: dict, title: str = "Two independent switches") -> Fi
     return fig
 
 
-def allocator_segments(segments, title: str = "Caching-allocator segments") -> Figure:
-    """``segments``: ``nogradlab.allocator.Allocator().snapshot()`` (objects with ``size`` and
-    ``blocks`` = [(bytes, in use)]) or [(size, [(bytes, in use)])]. One bar per segment, blocks in
-    use dark, free blocks (cached, still reserved) as hatched holes."""
-    segs = [(s.size, list(s.blocks)) if hasattr(s, "blocks") else (s[0], list(s[1])) for s in segments]
-    fig = Figure(figsize=(7.0, 0.9 + 0.7 * len(segs)))
-    ax = fig.add_subplot(1, 1, 1)
+def _segments_of(segments) -> list:
+    """[(size, blocks)] oldest segment first: an allocator model's snapshot lists them by address, and
+    the model gives each new segment an address below the older ones (``Allocator._new_address``)."""
+    segments = list(segments)
+    if segments and all(hasattr(s, "address") for s in segments):
+        segments.sort(key=lambda s: -s.address)
+    return [(s.size, list(s.blocks)) if hasattr(s, "blocks") else (s[0], list(s[1])) for s in segments]
+
+
+def _draw_segments(ax, segs, title: str) -> None:
+    """One bar per segment, blocks in use dark, free blocks (cached, still reserved) as hatched holes."""
     mib = 2 ** 20
     for i, (_size, blocks) in enumerate(segs):
         y, left = len(segs) - 1 - i, 0
@@ -209,12 +214,45 @@ def allocator_segments(segments, title: str = "Caching-allocator segments") -> F
                     ha="center", va="center", fontsize=7, color="white" if used else "black",
                     bbox=None if used else dict(fc="white", ec="none", pad=1))
             left += nbytes
+    # segment 1, the oldest, at the top
     ax.set_yticks(range(len(segs)), [f"segment {len(segs) - k} ({segs[len(segs) - 1 - k][0] / mib:g} MiB)"
                                      for k in range(len(segs))])
-    ax.set_xlabel("MiB from the segment's start")
+    ax.set_ylim(-0.6, max(len(segs), 1) - 0.4)
     ax.set_title(title, fontsize=10)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+
+
+def allocator_segments(segments, title: str = "Caching-allocator segments") -> Figure:
+    """``segments``: ``nogradlab.allocator.Allocator().snapshot()`` (objects with ``size`` and
+    ``blocks`` = [(bytes, in use)]) or [(size, [(bytes, in use)])]. One bar per segment, the oldest on
+    top, blocks in use dark, free blocks (cached, still reserved) as hatched holes."""
+    segs = _segments_of(segments)
+    fig = Figure(figsize=(7.0, 0.9 + 0.7 * len(segs)))
+    ax = fig.add_subplot(1, 1, 1)
+    _draw_segments(ax, segs, title)
+    ax.set_xlabel("MiB from the segment's start")
+    fig.tight_layout()
+    return fig
+
+
+def allocator_steps(steps) -> Figure:
+    """``steps``: [(caption, segments)], the segments as :func:`allocator_segments` takes them (an
+    allocator's ``snapshot()`` after each step of a sequence). One panel per step, top to bottom, on one
+    MiB scale, so a learner can follow each request to the block it lands in."""
+    steps = list(steps)
+    if not steps:
+        raise ValueError("allocator_steps needs at least one (caption, segments) step")
+    drawn = [(str(caption), _segments_of(segs)) for caption, segs in steps]
+    widest = max((sum(b for b, _ in blocks) for _, segs in drawn for _, blocks in segs), default=0) / 2 ** 20
+    heights = [max(len(segs), 1) for _, segs in drawn]
+    fig = Figure(figsize=(7.0, 0.6 + sum(0.55 * h + 0.55 for h in heights)))
+    grid = fig.add_gridspec(len(drawn), 1, height_ratios=heights)
+    for k, (caption, segs) in enumerate(drawn):
+        ax = fig.add_subplot(grid[k, 0])
+        _draw_segments(ax, segs, caption)
+        ax.set_xlim(0, widest * 1.02 or 1)
+    fig.axes[-1].set_xlabel("MiB from the segment's start")
     fig.tight_layout()
     return fig
 

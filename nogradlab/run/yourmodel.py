@@ -6,12 +6,14 @@
     saved = yourmodel.saved_by_layer(net, x)          # what one forward keeps for backward, per layer
     here = yourmodel.measure_here(spec, "cpu", "tiny", seed=0)   # peaks and times per mode, here
     gpu = yourmodel.estimate(spec)                     # the `nogradlab estimate --json` document
+    yourmodel.caveats(gpu)                             # its notes in plain words, by the rows they qualify
     sizes = yourmodel.gpu_sizes(spec, gpu, "tiny")     # the largest batch on a few common GPUs
     yourmodel.recipe(saved, here, gpu, sizes)          # what to do, from what was measured
     yourmodel.save(spec, gpu, here)                    # that document plus "here", to spec.save_json
 
-The terms are ``python -m nogradlab estimate``'s: ``model`` is ``MODULE:FACTORY`` (called with
-``weights=None`` when it takes that keyword), ``input`` one sample's shape (``"3x224x224"``), ``dtype``
+The terms are ``python -m nogradlab estimate``'s: ``model`` is ``MODULE:FACTORY``, a function called with
+no arguments that returns the model (with ``weights=None`` when it takes that keyword; a factory defined in
+a notebook is ``__main__:factory``), ``input`` one sample's shape (``"3x224x224"``), ``dtype``
 the inputs' dtype (a floating dtype is the model's too; an integer dtype gives token ids, zeros), ``gpu``
 the memory budget. Several inputs: shapes joined by commas (``"3x32x32,16"``), with one dtype for all or
 one per input (``"float32,int64"``); they are passed as positional arguments. (The command takes one input
@@ -41,7 +43,7 @@ from nogradlab.core.session import frozen_gc
 from nogradlab.estimate import fake as _fake
 
 __all__ = ["MODES", "COMMON_GIB", "VALIDATION", "Spec", "check", "saved_by_layer", "SavedByLayer",
-           "measure_here", "here_frame", "estimate", "estimate_frame", "sizes_frame", "EstimateFailed", "gpu_sizes", "recipe", "document", "save",
+           "measure_here", "here_frame", "estimate", "estimate_frame", "sizes_frame", "EstimateFailed", "gpu_sizes", "caveats", "recipe", "document", "save",
            "plot_here", "here_batch"]
 
 #: the four modes, in the command's names (estimate_cmd.MODES), and what each runs
@@ -61,8 +63,8 @@ LIMITS = ("The allocator model and its cuDNN/cuBLAS workspace sizes were calibra
           "PyTorch's, not the GPU's), but the libraries choose other kernels and workspaces, and the driver and "
           "CUDA context take memory outside PyTorch's budget (a few hundred MiB, more on some GPUs): leave 5-10 % "
           "headroom and confirm the batch on the real GPU (batch.largest_batch(..., method='search')). A shape "
-          "the H200 table does not hold gets no workspace: the notes below name them; there the estimate can "
-          "be low.")
+          "the H200 table does not hold gets no workspace: the caveats under the table count them; there the "
+          "estimate can be low.")
 #: the batch measured on this device, by scale (tiny keeps a 2-core CPU within seconds; 2 keeps
 #: BatchNorm's training step defined)
 _HERE_BATCH = {"tiny": 2, "small": 4, "full": 16}
@@ -485,6 +487,81 @@ def estimate_frame(doc: dict):
                 f"{'about ' + _format.bytes_(x['bytes']) if x.get('bytes') else 'unknown'} ({x['op']})"
                 for x in e.get("missed", [])) or "-"
     return pd.DataFrame(rows).set_index("mode")
+
+
+#: the engine's notes (nogradlab.estimate: cudamodel, fake, batch) that qualify every row of the table
+_EVERY_ROW = ("no GPU here:", "decided as the real cap decides:")
+#: the first note of a training step's own (fake.estimate, on a virtual device): what follows is the train row's
+_TRAIN_MARK = "backward cannot run on a fake CUDA device"
+_PLAIN = [
+    (re.compile(r"workspaces at the sizes (?P<gpu>.+?) reported \(cuDNN [^)]*\): (?P<calls>\d+) convolution calls, "
+                r"\d+ other calls; (?P<n>\d+) convolution shapes are not in the table and were given no workspace "
+                r"\((?P<eg>.*?)\): cuDNN may take more there"),
+     lambda m: "cuDNN workspace (scratch memory a convolution takes while it runs): the table measured on the " + (
+         f"{m['gpu']} has a size for none of the {m['n']} convolution shapes here, so none is counted"
+         if m["calls"] == "0" else
+         f"{m['gpu']} has no size for {m['n']} of the convolution shapes here, so none is counted for them") +
+     f" ({m['eg']}). A real GPU may need more memory, so fewer samples than shown may fit."),
+    (re.compile(r"workspaces at the sizes (?P<gpu>.+?) reported \(cuDNN [^)]*\): \d+ convolution calls, \d+ other "
+                r"calls$"),
+     lambda m: f"Library workspaces (scratch memory an operation takes while it runs): the sizes the {m['gpu']} "
+               "reported, for every call here."),
+    (re.compile(r"workspaces interpolated between the batches measured on (?P<gpu>.+?) \(not measured at this "
+                r"batch\) for (?P<n>\d+) operator signatures \((?P<eg>.*)\)$"),
+     lambda m: f"The workspaces of {m['n']} operator shape(s) ({m['eg']}) are read between two batches the "
+               f"{m['gpu']} measured, not measured at this batch."),
+    (re.compile(r"library workspaces kept by the process, as on (?P<gpu>.+?) \(sm\d+\): (?P<parts>.*)$"),
+     lambda m: f"Counted at every batch: the workspaces the libraries keep once they have run ({m['parts']}), "
+               f"sizes as on the {m['gpu']}."),
+    (re.compile(r"no GPU here: estimated on a virtual \S+ device$"),
+     lambda m: "No GPU here: the figures come from fake tensors (shapes without data) on a virtual CUDA device; "
+               "nothing was allocated."),
+    (re.compile(r"decided as the real cap decides: .* under a cap of (?P<cap>.+?) reserved$"),
+     lambda m: f"Largest batch: every batch tried is replayed, allocation by allocation, through the model of "
+               f"PyTorch's caching allocator under a cap of {m['cap']} of reserved memory, as "
+               "torch.cuda.set_per_process_memory_fraction caps a real process."),
+    (re.compile(r"backward cannot run on a fake CUDA device without a GPU in this torch \((?P<torch>[^)]*)\); "
+                r"estimated on the fake CPU device with CUDA's (?P<block>\d+)-byte block rounding"),
+     lambda m: f"This torch ({m['torch']}) cannot run backward on fake CUDA tensors without a GPU, so the training "
+               f"step was traced on fake CPU tensors, with CUDA's kernels modelled and every size rounded up to "
+               f"{m['block']} bytes as CUDA's allocator rounds it."),
+]
+
+
+def _rows_label(modes: list) -> str:
+    return "the " + (modes[0] if len(modes) == 1 else ", ".join(modes[:-1]) + " and " + modes[-1]) + \
+        (" row" if len(modes) == 1 else " rows")
+
+
+def _plain(note: str) -> str:
+    for pattern, say in _PLAIN:
+        m = pattern.search(note)
+        if m:
+            return say(m)
+    return note  # a note this function does not know, word for word: never dropped
+
+
+def caveats(doc: dict) -> dict:
+    """The estimate's notes in plain words, by the rows of :func:`estimate_frame` they qualify:
+    ``{"every row": [...], "the grad, no_grad and inference_mode rows": [...], "the train row": [...]}``
+    (empty groups left out). The engine lists each note once, in the order of the modes it estimated
+    (``estimate_cmd.estimate_modes``), so a note first given by the training step follows the forward
+    modes'; on a virtual device the training step's own notes open with the one saying backward ran on
+    the fake CPU device, which is where the train row's start. Without that note, the notes that are not
+    every row's go to all rows. A note not known here is kept word for word."""
+    modes = list(doc.get("modes", {}))
+    forward = [m for m in modes if m != "train"]
+    keys = ["every row", _rows_label(forward) if forward else "every row", "the train row"]
+    groups: dict = {k: [] for k in keys}
+    notes = list(doc.get("notes", []))
+    split = next((i for i, n in enumerate(notes) if n.startswith(_TRAIN_MARK)), None)
+    for i, note in enumerate(notes):
+        if note.startswith(_EVERY_ROW) or split is None:
+            key = keys[0]
+        else:
+            key = keys[2] if i >= split else keys[1]
+        groups[key].append(_plain(note))
+    return {k: v for k, v in groups.items() if v}
 
 
 def gpu_sizes(spec: Spec, doc: dict, scale: str = "tiny", gib=COMMON_GIB) -> list:

@@ -13,6 +13,8 @@ at anchors in 00_index. (Execution itself is tested in test_notebooks.py.)
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -419,25 +421,40 @@ def test_verdict_asserts_sees_what_it_should():
 # --------------------------------------------------------------------------------------------
 # finding the way: the time a notebook takes, and the next one
 
-TIME_RE = re.compile(r"^Time: about (\d+) s on a 2-core CPU \(tiny scale\)\.", re.M)
+TIME_RE = re.compile(r"^Time: about (\d+) s on a quiet 2-core CPU \(tiny scale\), up to about (\d+) s on a busy one\.",
+                     re.M)
+#: the stored session benchmark the headers' times come from (one papermill pass on a quiet machine)
+SESSION = json.loads((REPO / "results" / "cpu-amd-epyc-2-threads" / "session.json").read_text())
+#: a learner's read on a busy 2-core machine took 1.3 to 3.4 times the quiet figures (issue 40)
+BUSY_FACTOR = 3.5
 
 
-def _header_seconds(stem: str) -> "int | None":
+def _up5(seconds: float) -> int:
+    return 5 * math.ceil(seconds / 5)
+
+
+def _header_seconds(stem: str) -> "tuple | None":
     m = TIME_RE.search(_nb(stem).cells[0].source)
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 @pytest.mark.parametrize("stem", ALL)
 def test_header_says_how_long_it_takes(stem):
-    stated = _header_seconds(stem)  # the text a learner reads, not a measured time
-    assert stated is not None, f"{stem}: the title cell needs a line 'Time: about N s on a 2-core CPU (tiny scale)'"
-    assert stated > 0 and stated % 5 == 0, f"{stem}: round the time up to 5 s, got {stated}"
+    """A range, not one figure: the quiet machine's time from the stored session benchmark, rounded up to
+    5 s, and 3.5 times that for a busy one."""
+    stated = _header_seconds(stem)  # the text a learner reads
+    assert stated is not None, f"{stem}: the title cell needs a line 'Time: about N s on a quiet 2-core CPU " \
+        "(tiny scale), up to about M s on a busy one.'"
+    measured = SESSION["papermill"]["notebooks"][stem]["seconds"]
+    assert stated == (_up5(measured), _up5(BUSY_FACTOR * _up5(measured))), \
+        f"{stem}: session.json has {measured} s: say about {_up5(measured)} s, up to about " \
+        f"{_up5(BUSY_FACTOR * _up5(measured))} s; the header says {stated}"
 
 
 def test_index_lists_the_same_times():
     text = "\n".join(c.source for c in _nb("00_index").cells if c.cell_type == "markdown")
-    listed = dict(re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| about (\d+) s \|$", text, re.M))
-    assert {s: int(v) for s, v in listed.items()} == {s: _header_seconds(s) for s in LESSONS + BEYOND}
+    listed = re.findall(r"^\|[^|]*\| \[[^\]]+\]\(([0-9]{2}_\w+)\.ipynb\).*\| (\d+)-(\d+) s \|$", text, re.M)
+    assert {s: (int(a), int(b)) for s, a, b in listed} == {s: _header_seconds(s) for s in LESSONS + BEYOND}
 
 
 @pytest.mark.parametrize("stem", ALL)
@@ -553,6 +570,32 @@ def test_diagrams_draw_from_plain_pytorch_objects():
     figs.append(diagrams.allocator_segments(a.snapshot()))
     for f in figs:
         assert f._repr_png_()[:4] == b"\x89PNG"
+
+
+def test_allocator_steps_draws_one_panel_per_step_and_names_each():
+    """02's live picture: a short sequence of requests replayed through the allocator's model, one panel
+    per step, each with its caption; the large-pool split it shows is the source's (should_split: a
+    block is split when more than 1 MiB would remain)."""
+    from nogradlab import allocator, diagrams
+
+    mib = 2 ** 20
+    a, steps = allocator.Allocator(), []
+    held = {k: a.malloc(5 * mib) for k in "abcd"}
+    steps.append(("four 5 MiB tensors", a.snapshot()))
+    a.free(held.pop("a"))
+    a.free(held.pop("c"))
+    held["x"] = a.malloc(8 * mib)
+    held["y"] = a.malloc(21 * mib // 2)  # 10.5 MiB: the 12 MiB hole, split (1.5 MiB > 1 MiB left)
+    steps.append(("split", a.snapshot()))
+    held["z"] = a.malloc(5 * mib // 4)  # 1.25 MiB: the whole 1.5 MiB block (0.25 MiB is too little to split)
+    steps.append(("whole block", a.snapshot()))
+    assert [(b / mib, used) for b, used in a.snapshot()[0].blocks] == [(8, True), (10.5, True), (1.5, True)]
+    fig = diagrams.allocator_steps(steps)
+    assert len(fig.axes) == 3 and [ax.get_title() for ax in fig.axes] == ["four 5 MiB tensors", "split",
+                                                                          "whole block"]
+    assert fig._repr_png_()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="at least one"):
+        diagrams.allocator_steps([])
 
 
 # --------------------------------------------------------------------------------------------
