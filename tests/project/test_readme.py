@@ -36,3 +36,18 @@ def test_the_measurement_notes_moved_beside_the_benchmarks():
     for heading in ("## How things are measured", "## Session budgets", "## PyTorch releases"):
         assert heading in notes and heading not in README
     assert "benchmarks/README.md" in README
+
+
+def test_the_first_command_comes_within_the_first_200_words_and_pip_is_a_route():
+    """Issue 39: the first command came at word 318-348, and there was no plain `pip install` route."""
+    first = " ".join(WORDS[:200])
+    assert "make run" in first and "pip install" in first
+    assert "python -m nogradlab claims" in " ".join(WORDS[:260])
+
+
+def test_the_colab_paragraph_says_what_the_first_cell_does():
+    """On Colab the setup cell installs the package itself and goes on (it stops with the %pip line only
+    elsewhere): the README says so, and the cell does."""
+    cell = "".join(json.loads((ROOT / "notebooks" / "01_what_no_grad_does.ipynb").read_text())["cells"][1]["source"])
+    assert "google.colab" in cell and "pip\", \"install\"" in cell.replace("'", '"')
+    assert "installs the package itself" in " ".join(README.split())
