@@ -165,7 +165,7 @@ key_loop_saving = _key_loop_saving
 
 
 #: claim id -> its declared ``shared_readings`` (None: it reads no shared quantity); given by
-#: ``nogradlab.claims`` when it is imported, so that this module imports no other part of the ledger
+#: ``nogradlab.claims.ledger`` when it is imported, so that this module imports no other part of the ledger
 _READERS: dict = {"of": lambda claim_id: None}
 
 

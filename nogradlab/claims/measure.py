@@ -48,7 +48,7 @@ import torch
 from nogradlab.core import format as _format
 from nogradlab.core import memory, modes, timing, workloads
 
-import nogradlab.claims as claims_registry
+from nogradlab.claims import ledger as claims_registry
 from nogradlab.claims.rules import MIN_BOOTSTRAP_ROUNDS, RULES
 from nogradlab.claims import runcache as _runcache
 from nogradlab.estimate.sweep import accounting, with_seq_len, estimate_row, estimate_sweep, measure_forward, memory_saved, param_bytes, _torch_threads, _estimate_cached  # noqa: F401 (the checks import them from here)

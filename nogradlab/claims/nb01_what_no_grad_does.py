@@ -13,9 +13,10 @@ from nogradlab.estimate import batch as _batch
 from nogradlab.core import memory
 from nogradlab.core import modes
 from nogradlab.core import workloads
-from nogradlab import claims
+from nogradlab.claims import ledger as claims  # the ledger room (searched_where), not the face
 from nogradlab.lab import plots
-from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
+from nogradlab.claims.ledger import NeedsRemeasuring, declare
+from nogradlab.claims.result import Judgement, number
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _knobs, _names, _samples_note, _speed_batches, forward_condition, provisional_note, resolve
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload

@@ -16,9 +16,10 @@ from nogradlab.core import format as _format
 from nogradlab.core import memory
 from nogradlab.core import modes
 from nogradlab.core import workloads
-from nogradlab import claims
+from nogradlab.claims import ledger as claims  # the ledger room (searched_where), not the face
 from nogradlab.lab import plots
-from nogradlab.claims import Judgement, NeedsRemeasuring, declare, number
+from nogradlab.claims.ledger import NeedsRemeasuring, declare
+from nogradlab.claims.result import Judgement, number
 from nogradlab.claims.measure import _batches, estimate_row, param_bytes
 from nogradlab.claims.probes import _max_abs_diff, _tracking, _workload
 from nogradlab.claims.rules import Band, Rule, proxy_text, verdict_of

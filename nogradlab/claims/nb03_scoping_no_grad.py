@@ -13,7 +13,8 @@ from nogradlab.core import format as _format
 from nogradlab.core import memory
 from nogradlab.core import timing
 from nogradlab.core import workloads
-from nogradlab.claims import Judgement, declare, number
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement, number
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _build, _gain_triple, _knobs, _pct_ci, _saved_triple, enter_exit
 from nogradlab.claims.probes import _workload

@@ -15,7 +15,8 @@ from nogradlab.core import memory
 from nogradlab.core import modes
 from nogradlab.core import workloads
 from nogradlab.lab import plots
-from nogradlab.claims import Judgement, declare, format_saved, number
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement, format_saved, number
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _build, _pct, _samples_note, _speed_batch, forward_condition
 from nogradlab.claims.probes import _OpRecorder, _max_abs_diff, _tracking

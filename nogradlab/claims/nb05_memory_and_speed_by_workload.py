@@ -15,7 +15,9 @@ from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
 from nogradlab.lab import plots
-from nogradlab.claims import Judgement, NeedsRemeasuring, declare, estimate_validation
+from nogradlab.claims.ledger import NeedsRemeasuring, declare
+from nogradlab.claims.result import Judgement
+from nogradlab.claims.verdict import estimate_validation
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import ARTICLE_GPU_BYTES, ARTICLE_TABLE, FEED_FORWARD, _batches, _build, _knobs, _names, _pct, _samples_note, _speed_batch, _torch_threads, _train_fn, estimate_row, estimate_sweep, forward_condition, measure_forward, memory_saved, param_bytes, with_seq_len
 from nogradlab.claims.rules import AGGREGATE, Band, MIN_BOOTSTRAP_ROUNDS, Rule, SELF_CONTRADICTION, TIE, direction_text, read_conditions, readings_text, verdict_of

@@ -13,7 +13,8 @@ import torch.nn as nn
 
 from nogradlab.core import modes
 
-from nogradlab.claims import Judgement, declare
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement
 from nogradlab.claims.measure import _build, _forward_fn, _train_fn
 from nogradlab.claims.probes import _OpRecorder, _error_text, _max_abs_diff, _tracking
 from nogradlab.claims.rules import OLD_PROTOCOL_WIDENING, Band, Rule, TIE, proxy_text, widened_text, widening

@@ -12,7 +12,8 @@ import torch
 from nogradlab.core import memory
 from nogradlab.lab import serving
 from nogradlab.core import workloads
-from nogradlab.claims import Judgement, declare
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement
 from nogradlab.claims.probes import _in_new_thread, _tracking, _workload
 from nogradlab.claims.rules import Rule
 from nogradlab.claims.searches import _quick

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from nogradlab.core import memory
 from nogradlab.core import modes
-from nogradlab.claims import Judgement, declare, number
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement, number
 from nogradlab.claims.probes import _error_text, _max_abs_diff, _tracking, _workload
 from nogradlab.claims.rules import Rule
 from nogradlab.estimate import fake

@@ -11,7 +11,8 @@ import torch
 from nogradlab.core import format as _format
 from nogradlab.core import timing
 from nogradlab.core import workloads
-from nogradlab.claims import Judgement, declare
+from nogradlab.claims.ledger import declare
+from nogradlab.claims.result import Judgement
 from nogradlab.claims import evidence as _ev
 from nogradlab.claims.measure import _beats, _build, _compile_reason, _forward_fn, _knobs, _lever_batches, _names, _samples_note, _speed_batch, _tier_line, _tiers, _torch_threads, forward_condition
 from nogradlab.claims.probes import _error_text
