@@ -65,3 +65,28 @@ def test_a_name_of_the_face_is_its_rooms_own_object_and_the_state_lives_in_one_m
     for n in claims.__all__:
         assert hasattr(claims, n), n
     assert not any(hasattr(r, "_LOADED") for r in (result, verdict)) and "_LOADED" not in vars(claims)
+
+
+EXERCISES = ROOT / "nogradlab" / "lab" / "exercises"
+
+
+def test_the_exercise_modules_import_the_registry_never_the_face():
+    found = []
+    for p in sorted(EXERCISES.glob("nb*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in ("nogradlab.lab.exercises", "nogradlab.exercises"):
+                found += [(p.name, a.name) for a in node.names if a.name != "registry"]
+    assert found == []
+
+
+def test_only_the_exercises_face_loads_its_modules_and_the_registry_lives_in_one_module():
+    code = ("import sys\n"
+            "from nogradlab.lab.exercises import registry\n"
+            "print(sorted(m for m in sys.modules if m.startswith('nogradlab.lab.exercises.nb')))\n"
+            "import nogradlab.lab.exercises as ex\n"
+            "print(ex._LOADED, len(ex.all_exercises()) > 0, ex._LOADED, ex._EXERCISES is registry._EXERCISES)\n"
+            "print(all(getattr(ex, n) is getattr(registry, n) for n in ('exercise', 'get', 'all_exercises', "
+            "'Exercise', 'ExerciseError', 'KINDS')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                         check=True).stdout.splitlines()
+    assert out == ["[]", "False True True True", "True"]

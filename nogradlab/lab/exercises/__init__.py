@@ -37,69 +37,19 @@ import inspect
 import io
 import sys
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field  # noqa: F401 (kept on the face: its names of before the split)
+from typing import Any, Callable  # noqa: F401
+
+from nogradlab.lab.exercises import registry as _registry
+from nogradlab.lab.exercises.registry import (  # noqa: F401 (the face re-exports the registry's names)
+    _EXERCISES, KINDS, Exercise, ExerciseError, _load, all_exercises, exercise, get)
 
 __all__ = ["check", "solution", "show", "exercise", "get", "all_exercises", "ExerciseError", "KINDS"]
-
-KINDS = ("code", "predict", "value")
 _MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
 
 
-class ExerciseError(AssertionError):
-    """A reference solution that no longer passes its own check."""
-
-
-@dataclass
-class Exercise:
-    """One exercise: its id (``"01.2"``: notebook 01, exercise 2), kind, reference solution (a
-    function: for ``code`` exercises the answer itself, otherwise called with no arguments to make
-    the answer), judge (``answer -> None | message``) and plausible wrong answers."""
-
-    id: str
-    kind: str
-    reference: Callable
-    wrong: list = field(default_factory=list)
-    judge_fn: "Callable | None" = None
-    solution_is_function: bool = False
-
-    def judge(self, fn: Callable) -> Callable:
-        """Decorator registering ``fn(answer) -> None | str`` (None: right; else what is wrong)."""
-        self.judge_fn = fn
-        return fn
-
-    def answer(self):
-        """The reference answer: the solution function itself for a code exercise, else its value."""
-        return self.reference if self.solution_is_function else self.reference()
-
-
-_EXERCISES: dict = {}
-_LOADED = False
-
-
-def exercise(id: str, *, kind: str, wrong=(), returns_function: "bool | None" = None):
-    """Declare an exercise whose reference solution is the decorated function. For ``kind="code"``
-    the function is the answer; for the other kinds it is called to make the answer (set
-    ``returns_function`` to override)."""
-    if kind not in KINDS:
-        raise ValueError(f"exercise {id}: kind {kind!r}; allowed: {', '.join(KINDS)}")
-
-    def deco(fn):
-        if id in _EXERCISES:
-            raise RuntimeError(f"exercise {id} is declared twice")
-        is_fn = (kind == "code") if returns_function is None else returns_function
-        ex = Exercise(id, kind, fn, list(wrong), None, is_fn)
-        _EXERCISES[id] = ex
-        return ex
-
-    return deco
-
-
-def _load() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    _LOADED = True
+def _import_modules() -> None:
+    """Import the notebook modules: each declares its exercises into the registry (only the face loads them)."""
     for m in _MODULES:
         try:
             importlib.import_module(f"{__name__}.{m}")
@@ -108,17 +58,18 @@ def _load() -> None:
                 raise
 
 
-def get(exercise_id: str) -> Exercise:
-    _load()
-    try:
-        return _EXERCISES[exercise_id]
-    except KeyError:
-        raise ValueError(f"unknown exercise {exercise_id!r}; allowed: {', '.join(sorted(_EXERCISES))}") from None
+_registry.use_loader(_import_modules)
 
 
-def all_exercises() -> list:
-    _load()
-    return [_EXERCISES[k] for k in sorted(_EXERCISES)]
+def __getattr__(name):
+    # the registry rebinds it when it loads the notebook modules: read it there, never a copy made at import
+    if name == "_LOADED":
+        return _registry._LOADED
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), "_LOADED"])
 
 
 def _verdict(ex: Exercise, answer) -> "str | None":

@@ -31,7 +31,7 @@ def _leaves_eval(model, x):
         return model(x)
 
 
-from nogradlab.lab.exercises import exercise  # noqa: E402  (the registry lives in the package)
+from nogradlab.lab.exercises.registry import exercise  # noqa: E402  (the registry lives in the package)
 
 
 @exercise("01.1", kind="code", wrong=[(_forgets_no_grad, "grad_fn"), (_leaves_eval, "mode"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from nogradlab.lab.exercises import exercise
+from nogradlab.lab.exercises.registry import exercise
 
 
 def _count_saved(fn) -> int:

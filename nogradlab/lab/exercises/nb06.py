@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from nogradlab.lab.exercises import exercise
+from nogradlab.lab.exercises.registry import exercise
 
 
 def _model():

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.nn as nn
 
-from nogradlab.lab.exercises import exercise
+from nogradlab.lab.exercises.registry import exercise
 
 with torch.random.fork_rng():  # the learner's random state is left alone
     torch.manual_seed(0)
