@@ -36,7 +36,6 @@ import contextlib
 import gc
 import math
 import threading
-import weakref
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -47,6 +46,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from nogradlab.core import device as _device
 from nogradlab.core import format as _format
 from nogradlab.core import modes as _modes
+from nogradlab.core.tracker import StorageTracker, storage as _storage
 
 __all__ = ["MemoryReport", "ModuleMemory", "measure", "train_step", "format_bytes", "release",
            "fused_paths_off", "FUSED_PATH_NOTE", "resident_bytes", "measure_modes",
@@ -195,14 +195,6 @@ _LIBC = None
 # building blocks
 
 
-def _storage(t):
-    """The tensor's UntypedStorage, or None for tensors without one (sparse, nested, ...)."""
-    try:
-        return t.untyped_storage()
-    except (RuntimeError, NotImplementedError, TypeError):
-        return None
-
-
 def _rounded(n: int, block: int) -> int:
     if block <= 1 or n == 0:
         return n
@@ -341,8 +333,9 @@ class _SavedTracker:
         return False
 
 
-class _LiveTracker(TorchDispatchMode):
-    """Counts the bytes of storages created by operators, from creation until they die."""
+class _LiveTracker(StorageTracker):
+    """Counts the bytes of storages created by operators, from creation until they die (the dispatch
+    tracker, :class:`nogradlab.core.tracker.StorageTracker`, shared with the estimator's recorder)."""
 
     def __init__(self, modules: _ModuleStack, block: int = 1, timeline: bool = False):
         super().__init__()
@@ -350,10 +343,8 @@ class _LiveTracker(TorchDispatchMode):
         self.block = block
         self.sizes = WeakIdKeyDictionary()  # storage -> counted bytes
         self._counted = WeakIdKeyDictionary()  # storage -> [bytes its death callback subtracts]
-        self._refs: dict = {}  # id(weakref) -> weakref (keeps the callbacks alive)
         self.live = 0
         self.peak = 0
-        self.active = True
         self.per_module: dict = {}
         self.timeline = [] if timeline else None
         self._events = 0
@@ -366,8 +357,7 @@ class _LiveTracker(TorchDispatchMode):
         if self.timeline is not None and len(self.timeline) < _TIMELINE_CAP:
             self.timeline.append((self._events, self.live, label))
 
-    def _freed(self, n, ref):
-        self._refs.pop(id(ref), None)
+    def _freed(self, n):
         if self.active:
             self.live -= n
             self._event("free")
@@ -376,8 +366,7 @@ class _LiveTracker(TorchDispatchMode):
         n = _rounded(st.nbytes(), self.block)
         self.sizes[st] = n
         counted = self._counted[st] = [n]  # what the death callback subtracts; resize_ updates it in place
-        ref = weakref.ref(st, lambda r, c=counted: self._freed(c[0], r))
-        self._refs[id(ref)] = ref
+        self._watch(st, lambda c=counted: self._freed(c[0]))
         self.live += n
         self.peak = max(self.peak, self.live)
         cur = self.modules.current
@@ -411,44 +400,37 @@ class _LiveTracker(TorchDispatchMode):
             self.peak = max(self.peak, self.live)
             self._event("resize")
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.active:  # a composite seen whole (inference_mode): count what it allocates inside
-            out = _modes.run_composite(self, func, args, kwargs)
-            if out is not NotImplemented:
-                return out
-        installed = None
-        if self.active and func in _SET_STORAGE and args and isinstance(args[0], torch.Tensor):
+    # the dispatch tracker's walk (StorageTracker.__torch_dispatch__) asks these
+    def _before(self, func, args):
+        if func in _SET_STORAGE and args and isinstance(args[0], torch.Tensor):
             before = _storage(args[0])
-            installed = before is not None and self.sizes.get(before) == 0 and _rebuilding()
-        out = func(*args, **(kwargs or {}))
-        if not self.active:
-            return out
+            return before is not None and self.sizes.get(before) == 0 and _rebuilding()
+        return None
+
+    def _after(self, func, args, out, installed) -> None:
         if func in _HIDDEN_OPS:
             self._hidden(func, args)
         if func in _LIFT_FRESH or installed:
             self._made_outside(out, func)
-        inputs = set()
-        for a in tree_flatten((args, kwargs))[0]:
-            if isinstance(a, torch.Tensor):
-                st = _storage(a)
-                if st is not None:
-                    inputs.add(st._cdata)
+
+    def _read(self, inputs: set) -> None:
         self.touched |= inputs
-        label = getattr(func, "__name__", str(func))
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor):
-                continue
-            st = _storage(t)
-            if st is None or t.layout != torch.strided:
-                if t.layout != torch.strided or t.is_nested:
-                    self.uncounted.add("nested" if t.is_nested else str(t.layout).replace("torch.", ""))
-                if st is None:
-                    continue
-            if st in self.sizes:
-                self._resized(st)
-            elif st._cdata not in inputs:  # an alias of an input is not a new allocation
-                self._add(st, label)
-        return out
+
+    def _storage_of(self, t):
+        st = _storage(t)
+        if st is None or t.layout != torch.strided:
+            if t.layout != torch.strided or t.is_nested:
+                self.uncounted.add("nested" if t.is_nested else str(t.layout).replace("torch.", ""))
+        return st
+
+    def _known(self, st) -> bool:
+        return st in self.sizes
+
+    def _seen_again(self, st) -> None:
+        self._resized(st)
+
+    def _new(self, st, label: str) -> None:
+        self._add(st, label)
 
     def _hidden(self, func, args):
         """Note an operator whose CPU kernel (oneDNN) keeps buffers inside itself that no tensor shows."""

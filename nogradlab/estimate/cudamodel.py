@@ -51,7 +51,6 @@ import json
 import os
 import re
 import threading
-import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -59,6 +58,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from nogradlab.core import modes as _modes
+from nogradlab.core.tracker import StorageTracker, storage as _storage
 
 __all__ = ["Profile", "profile", "kernel_model", "virtual_autocast", "AllocationRecorder",
            "op_signature", "op_workspace", "NotModelled", "REFERENCE"]
@@ -696,12 +696,14 @@ def _examples(keys, n: int = 3) -> str:
 # the allocation trace
 
 
-class AllocationRecorder(TorchDispatchMode):
+class AllocationRecorder(StorageTracker):
     """Records every new storage on ``device_type`` as ``("alloc", key, nbytes)`` and its death as
     ``("free", key)``, in order (a storage dies when its last tensor does, as on a GPU), plus the
     workspaces the kernel model reports: ``transient`` (allocated and freed inside an operator,
     recorded as ``("try_alloc", ...)`` then ``("free", ...)``: cuDNN falls back to another
-    algorithm when a workspace cannot be allocated) and ``persistent`` (kept)."""
+    algorithm when a workspace cannot be allocated) and ``persistent`` (kept). The walk over each
+    operator's outputs is the dispatch tracker's (:class:`nogradlab.core.tracker.StorageTracker`), the
+    one :func:`nogradlab.core.memory.measure` counts with."""
 
     def __init__(self, device_type: str):
         super().__init__()
@@ -710,15 +712,12 @@ class AllocationRecorder(TorchDispatchMode):
         self.persistent_events: list = []
         self._keys = 0
         self._seen: dict = {}  # id(storage) -> (weakref, key)
-        self._refs: dict = {}
-        self.active = True
 
     def _key(self):
         self._keys += 1
         return self._keys
 
-    def _freed(self, key, sid, ref):
-        self._refs.pop(id(ref), None)
+    def _freed(self, key, sid):
         seen = self._seen.get(sid)
         if seen is not None and seen[1] == key:
             del self._seen[sid]
@@ -733,8 +732,7 @@ class AllocationRecorder(TorchDispatchMode):
     def _register(self, st, key):
         """Know ``st`` as the storage allocated under ``key`` (its death is recorded as a free)."""
         sid = id(st)
-        ref = weakref.ref(st, lambda r, k=key, sid=sid: self._freed(k, sid, r))
-        self._refs[id(ref)] = ref
+        ref = self._watch(st, lambda k=key, sid=sid: self._freed(k, sid))
         self._seen[sid] = (ref, key)
 
     def transient(self, nbytes, label="", fallbacks=(), optional=False):
@@ -753,34 +751,13 @@ class AllocationRecorder(TorchDispatchMode):
     def mark(self, name):
         self.events.append(("mark", name))
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if self.active:  # a composite seen whole (inference_mode): record what it allocates inside
-            out = _modes.run_composite(self, func, args, kwargs)
-            if out is not NotImplemented:
-                return out
-        out = func(*args, **(kwargs or {}))
-        if not self.active:
-            return out
-        from torch.utils._pytree import tree_flatten
+    # the dispatch tracker's walk (StorageTracker.__torch_dispatch__) asks these
+    def _storage_of(self, t):
+        return _storage(t) if t.device.type == self.device_type else None
 
-        inputs = set()
-        for a in tree_flatten((args, kwargs))[0]:
-            if isinstance(a, torch.Tensor):
-                try:
-                    inputs.add(a.untyped_storage()._cdata)
-                except (RuntimeError, NotImplementedError, TypeError):
-                    pass
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.device.type != self.device_type:
-                continue
-            try:
-                st = t.untyped_storage()
-            except (RuntimeError, NotImplementedError, TypeError):
-                continue
-            seen = self._seen.get(id(st))
-            if seen is not None and seen[0]() is st:
-                continue
-            if st._cdata in inputs:
-                continue
-            self._add(st)
-        return out
+    def _known(self, st) -> bool:
+        seen = self._seen.get(id(st))
+        return seen is not None and seen[0]() is st
+
+    def _new(self, st, label: str) -> None:
+        self._add(st)
