@@ -549,15 +549,16 @@ def _tiers(speedup: dict, ci: dict) -> list:
 
 
 def _tier_line(speedup: dict, ci: dict, tiers: list) -> str:
-    """``tiers`` as one line, fastest first: '=' inside a tier, and between two tiers '>' only when
-    every interval of the faster tier lies wholly above every interval of the slower one; where any
-    two overlap, '=' (overlapping intervals are a tie, never a ranking)."""
+    """``tiers`` as one line, fastest first: '=' inside a tier (every two intervals in it overlap: a tie),
+    and between two tiers '>' only when every interval of the faster tier lies wholly above every interval
+    of the slower one; where some overlap, '≥' (no ranking, and no tie either: '=' is transitive to a
+    reader, overlap is not, so "a = b = c" would tie a and c whose intervals may lie apart)."""
     def tier(t):
         return " = ".join(f"{k} {_format.ratio(speedup[k])}" for k in t)
     line = tier(tiers[0]) if tiers else ""
     for a, b in zip(tiers, tiers[1:]):
         apart = all(ci[i][0] > ci[j][1] for i in a for j in b)
-        line += (" > " if apart else " = ") + tier(b)
+        line += (" > " if apart else " ≥ ") + tier(b)
     return line
 
 

@@ -125,7 +125,8 @@ C05 = declare(
     paraphrase='every tensor created or modified inside no_grad has requires_grad=False',
     figure=None,
     rule=Rule("Holds when every tensor created or modified inside no_grad has requires_grad False; "
-                "does not hold when any case keeps requires_grad True (e.g. an in-place op on a leaf's view). "
+                "does not hold when any case keeps requires_grad True (e.g. a view of a tracked tensor, or a "
+                "tracked tensor modified in place). "
                 "A factory call given requires_grad=True is exempt, as the article itself says (C30 checks "
                 "it): shown, not counted."))
 
@@ -164,6 +165,11 @@ def c05(ctx):
     return {"cases": cases}
 
 
+def _c05_short(name: str) -> str:
+    """``'result of an op on a tracked tensor (w * 2)'`` -> ``'w * 2'``: the expression a case names."""
+    return name[name.rfind("(") + 1:-1] if name.endswith(")") and "(" in name else name
+
+
 def _c05_exempt(c) -> bool:
     """The case the article exempts: marked in the measurements, or (columns made before) named so."""
     return bool(c.get("exempt", c["case"] == C05_EXEMPT))
@@ -183,9 +189,11 @@ def judge_c05(m, rule):
     else:
         note = ""
     if wrong:
-        return Judgement("does not hold", f"New results are untracked ({len(cases) - len(wrong)} of {len(cases)} "
-                         f"cases the claim covers as claimed), but {len(wrong)} keep requires_grad=True: "
-                         + "; ".join(wrong) + "." + note)
+        right = [_c05_short(c["case"]) for c in cases if c["as_claimed"]]
+        made = (f"The cases made untracked ({', '.join(right)}: {len(right)} of {len(cases)} the claim covers) "
+                if right else f"None of the {len(cases)} cases the claim covers is untracked: ")
+        return Judgement("does not hold", made + f"{'are as claimed, but ' if right else ''}{len(wrong)} keep "
+                         "requires_grad=True: " + "; ".join(wrong) + "." + note)
     return Judgement("holds", f"All {len(cases)} cases the claim covers have requires_grad=False." + note)
 
 

@@ -166,7 +166,7 @@ C11 = declare(
               "shown (torch's own helpers run with grad off), and the proxy, the share of the installed torch's "
               "Python files that mention no_grad, is read against 'more than 60 %' and shown first, never "
               "deciding: files are not the article's tutorials and methods.",
-              band=Band("at least", 0.60)))
+              band=Band("more than", 0.60)))
 
 
 @C11.measures

@@ -411,8 +411,9 @@ def judge_x05(m, rule):
         few = sorted({len(c["levers"]) for c in conds})
         if few and max(few) <= 1:
             cpu_note += " This run timed one lever per condition at most (channels_last and compile are left out of tiny CPU runs)."
-    summary = (f"Forward speedups over grad ({m.label}, eval mode, 95 % CIs; '=' joins cases whose CIs overlap: "
-               f"a tie, not a ranking): {parts}. A lever beats plain no_grad when its CI lies wholly above "
+    summary = (f"Forward speedups over grad ({m.label}, eval mode, 95 % CIs; '=' joins cases whose CIs all overlap "
+               "(a tie, not a ranking), '>' parts groups whose CIs lie wholly apart, '≥' groups some of whose "
+               f"CIs overlap (no ranking)): {parts}. A lever beats plain no_grad when its CI lies wholly above "
                f"no_grad's and it is at least {margin:.0%} faster: "
                + ", ".join(f"{c['condition']}: {', '.join(c['beats_no_grad']) or 'none'} ({c['reading']})" for c in conds)
                + f". torch.compile: {m.get('compile_skipped') or 'included where it compiled'}." + gpu + cpu_note)
@@ -440,6 +441,21 @@ def judge_x05(m, rule):
         summary += " " + "; ".join(why) + "."
     if m.get("provisional"):
         summary += " " + m["provisional"]
-    n = sum(1 for c in conds if c["beats_no_grad"])
-    return Judgement(verdict, summary, f"A lever clearly beats plain no_grad in {n} of {len(conds)} conditions; "
-                     "elsewhere the CIs overlap (a tie) or no_grad is as fast.", conds)
+    return Judgement(verdict, summary, _x05_reading_text(conds), conds)
+
+
+def _x05_reading_text(conds) -> str:
+    """One line from the conditions' own readings: where a lever clearly beats no_grad, where every lever is
+    ruled out, and which conditions are unresolved (a disturbed timing said as such)."""
+    won = [c["condition"] for c in conds if c["reading"] == "agrees"]
+    out = [c["condition"] for c in conds if c["reading"] == "disagrees"]
+    open_ = [c["condition"] + (" (a disturbed timing: measure it again)" if c.get("disturbed") else "")
+             for c in conds if c["reading"] == "unresolved"]
+    parts = [f"a lever clearly beats plain no_grad in {len(won)} of {len(conds)} conditions"
+             + (f" ({', '.join(won)})" if won and len(won) < len(conds) else "")]
+    if out:
+        parts.append(f"no lever is {'' if len(out) > 1 else 'clearly '}faster in {', '.join(out)}")
+    if open_:
+        parts.append(f"unresolved: {', '.join(open_)}")
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]

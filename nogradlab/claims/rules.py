@@ -9,7 +9,8 @@ How a measured value meets an article's figure (:meth:`Band.read`), for every cl
 
 * **"X-Y %"** (``Band("range", X, Y)``): the value lies in [X, Y]. Above Y disagrees as much as
   below X: the article gave a range, not a floor.
-* **"at least X" / "more than X"** (``Band("at least", X)``): the value is X or more.
+* **"at least X"** (``Band("at least", X)``): the value is X or more; **"more than X"** (``Band("more than",
+  X)``): the value exceeds X (an interval that reaches X from below does not agree).
 * **"about X"** (``Band("about", X)``): within 20 % of X either way, [0.8 X, 1.2 X] (about 30 % is
   24-36 %, about 2.5x is 2.0-3.0x).
 
@@ -146,7 +147,8 @@ def widened_text(factor: float) -> str:
 class Band:
     """The article's figure as an interval a measured value is read against.
 
-    ``kind`` is ``"range"`` (``low``-``high``), ``"at least"`` (``low`` or more) or ``"about"``
+    ``kind`` is ``"range"`` (``low``-``high``), ``"at least"`` (``low`` or more), ``"more than"`` (over
+    ``low``: the article's "over X", ">X", "can exceed X") or ``"about"``
     (``low`` within :data:`ABOUT` of itself). ``unit`` is ``"%"`` (values are fractions: 0.2 is
     20 %) or ``"x"`` (a factor), for display."""
 
@@ -156,8 +158,8 @@ class Band:
     unit: str = "%"
 
     def __post_init__(self):
-        if self.kind not in ("range", "at least", "about"):
-            raise ValueError(f"band kind {self.kind!r}; allowed: range, at least, about")
+        if self.kind not in ("range", "at least", "more than", "about"):
+            raise ValueError(f"band kind {self.kind!r}; allowed: range, at least, more than, about")
         if self.kind == "range" and (self.high is None or self.high < self.low):
             raise ValueError("a range band needs high >= low")
         if self.unit not in ("%", "x"):
@@ -177,6 +179,8 @@ class Band:
         lo = point if lo is None else lo
         hi = point if hi is None else hi
         a, b = self.edges
+        if self.kind == "more than":
+            return "agrees" if lo > a else "disagrees" if hi <= a else "unresolved"
         if lo >= a and (b is None or hi <= b):
             return "agrees"
         if hi < a or (b is not None and lo > b):
@@ -188,7 +192,7 @@ class Band:
         lo = point if lo is None else lo
         hi = point if hi is None else hi
         a, b = self.edges
-        if hi < a:
+        if hi < a or (self.kind == "more than" and hi <= a):
             return "below"
         if b is not None and lo > b:
             return "above"
@@ -203,7 +207,7 @@ class Band:
             return f"{self._fmt(a)} to {self._fmt(b)}"
         if self.kind == "about":
             return f"about {self._fmt(self.low)} ({self._fmt(a)} to {self._fmt(b)})"
-        return f"at least {self._fmt(a)}"
+        return f"{self.kind} {self._fmt(a)}"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "low": self.low, "high": self.high, "unit": self.unit, "edges": list(self.edges)}

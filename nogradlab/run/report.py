@@ -437,11 +437,14 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
             f"{str(r['meta'].get('generated', ''))[:10]}" + (f", nogradlab {commit}" if commit else "")
             + f", {_protocol(r['meta'])}; judged by today's rules"
             + (f" ({len(redo)} claim(s) need re-measuring: {why})" if redo else "")))
+    ref_no = {name: f"ref {i}" for i, (name, _) in enumerate(refs, 1)}
     for g in by_release(doc, refs):
-        releases = " / ".join(dict.fromkeys(t for _, t in g["columns"]))
-        changed = ", ".join(f"{c['id']} ({' / '.join(c['verdicts'])})" for c in g["changed"]
-                            if c["id"] in asked) or "none"
-        lines.append(plain_text(f"by release ({g['device_type']}, scale {g['scale']}; torch {releases}): "
+        # each verdict labelled with its own column: two columns can share a release (this run and a
+        # reference of the same torch), so a list of the releases would not pair with the verdicts
+        cols = [f"{'this run' if name == 'this run' else ref_no.get(name, name)} torch {t}" for name, t in g["columns"]]
+        changed = ", ".join(f"{c['id']} (" + " / ".join(f"{w} in {col}" for w, col in zip(c["verdicts"], cols)) + ")"
+                            for c in g["changed"] if c["id"] in asked) or "none"
+        lines.append(plain_text(f"by release ({g['device_type']}, scale {g['scale']}; {len(cols)} columns): "
                                 f"changed: {changed}"))
     return "\n".join(lines)
 

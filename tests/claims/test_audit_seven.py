@@ -43,7 +43,7 @@ def test_c05_does_not_count_the_factory_case_the_article_exempts(refs, folder):
     s = e["summary"]
     assert e["verdict"] == "does not hold", s
     assert "2 of 7" not in s and "5 keep requires_grad=True" not in s, s
-    assert "2 of 6 cases the claim covers" in s and "4 keep requires_grad=True" in s, s
+    assert "2 of 6 the claim covers" in s and "4 keep requires_grad=True" in s, s
     wrong = s.split("keep requires_grad=True:", 1)[1].split(".")[0]
     assert "factory call with requires_grad=True" not in wrong, wrong
     assert "exempt" in s and "C30" in s, s
@@ -54,7 +54,7 @@ def test_c05_marks_the_exempt_case_in_a_fresh_run_and_counts_it_if_it_loses_trac
     r = claims.check("C05", device="cpu", scale="tiny")
     cases = {c["case"]: c for c in r.measurements["cases"]}
     assert [k for k, c in cases.items() if c.get("exempt")] == ["factory call with requires_grad=True (torch.ones)"]
-    assert r.verdict == "does not hold" and "2 of 6 cases the claim covers" in r.summary, r.summary
+    assert r.verdict == "does not hold" and "2 of 6 the claim covers" in r.summary, r.summary
     # the exemption is what the article says happens: an exempt factory call that came out untracked is no
     # exemption the measurement bears out, and is said
     m = copy.deepcopy(r.measurements)
@@ -219,3 +219,40 @@ def test_c17_without_a_reference_column_does_not_say_the_article_names_gpus(monk
     assert e["verdict"] == "needs re-measuring", e["summary"]
     assert "The article's figure is for GPUs" not in e["summary"], e["summary"]
     assert "C17 is judged on a GPU (its rule says why)" in e["summary"], e["summary"]
+
+
+# ------------------------------------------------------------------ the second audit's five (2026-12-05)
+
+def test_c05_names_the_untracked_cases_and_calls_a_view_made_inside_no_grad_tracked(refs):
+    s = _entry(refs["cuda-nvidia-h200"], "C05")["summary"]
+    assert s.startswith("The cases made untracked (w * 2, torch.zeros: 2 of 6 the claim covers)"), s
+    assert "New results are untracked" not in s and "view of a tracked tensor (w[:2])" in s
+    assert "an in-place op on a leaf's view" not in claims.rule("C05")
+
+
+@pytest.mark.parametrize("cid, figure", [("C11", "60 %"), ("C21", "40 %")])
+def test_more_than_claims_are_read_as_more_than(cid, figure):
+    band = claims.get(cid).rule.band
+    assert band.kind == "more than" and band.text() == f"more than {figure}"
+    a = band.low
+    assert band.read(a) == "disagrees" and band.read(a + 1e-9) == "agrees"  # exactly X is not more than X
+    assert band.read(a, a - 0.01, a) == "disagrees" and band.side(a, a - 0.01, a) == "below"
+    assert band.read(a + 0.01, a, a + 0.02) == "unresolved"
+    assert "at least" not in claims.rule(cid)
+
+
+def test_c21_summary_reads_as_a_sentence(refs):
+    e = _entry(refs["cuda-nvidia-h200"], "C21")
+    assert "over 40 % from" in e["summary"] and "(at least 40 % from" not in e["summary"], e["summary"]
+    assert e["reading"].startswith("The saving exceeds 40 %"), e["reading"]
+
+
+def test_c17_reading_says_the_whole_loop_was_timed_where_the_column_did_so(refs):
+    r = _entry(refs["cuda-nvidia-h200"], "C17")["reading"]
+    assert r.startswith("Time saved over the whole loop (timed at once, no sync per batch)"), r
+
+
+def test_x05_reading_names_the_unresolved_disturbed_row_not_a_tie(refs):
+    r = _entry(refs["cuda-nvidia-h200"], "X05")["reading"]
+    assert "unresolved: resnet50@32 (a disturbed timing: measure it again)" in r, r
+    assert "elsewhere the CIs overlap" not in r

@@ -70,7 +70,7 @@ def test_the_three_band_words_have_one_meaning_each():
     assert about.edges == pytest.approx((0.24, 0.36))
     assert Band("about", 2.5, unit="x").edges == pytest.approx((2.0, 3.0))
     assert about.read(0.25) == "agrees" and about.read(0.37) == "disagrees"
-    with pytest.raises(ValueError, match="allowed: range, at least, about"):
+    with pytest.raises(ValueError, match="allowed: range, at least, more than, about"):
         Band("roughly", 1.0)
 
 

@@ -18,7 +18,9 @@ def test_tiers_join_overlapping_intervals_with_equals_and_rank_only_disjoint_one
     sp = {"a": 1.5, "b": 1.14, "c": 1.0, "d": 0.5}
     ci = {"a": [1.22, 2.0], "b": [0.78, 1.3], "c": [0.78, 1.21], "d": [0.4, 0.6]}
     line = _tier_line(sp, ci, [["a", "b"], ["c"], ["d"]])
-    assert line == "a 1.50\u00d7 = b 1.14\u00d7 = c 1.00\u00d7 > d 0.50\u00d7", line
+    # a and c do not overlap: the tiers [a, b] and [c] overlap only in part, so no '=' joins them (issue 37's
+    # second audit: "no_grad 1.15x = ... = grad 1.00x" read as a tie of no_grad with grad)
+    assert line == "a 1.50\u00d7 = b 1.14\u00d7 \u2265 c 1.00\u00d7 > d 0.50\u00d7", line
 
 
 def test_inference_mode_reaching_far_below_no_grad_is_a_disturbed_timing_and_the_open_lever_is_named():

@@ -614,3 +614,22 @@ class _OverheadTimer:
 def test_a_stretched_first_timing_does_not_leave_an_identical_case_fewer_calls():
     number = timing._calibrate_all({"a": _OverheadTimer(15e-6), "b": _OverheadTimer(15e-6, first=0.0)}, 0.01)
     assert number["a"] == number["b"] > 100
+
+
+def test_a_case_preempted_by_busy_neighbours_is_not_read_as_waiting():
+    """Beside busy neighbours a compute-bound case is preempted (involuntary switches) and waits runnable;
+    it never gives up its CPU by itself, so it keeps the CPU-time clock (two misfires of 4 loaded X05 runs
+    switched a condition to wall time before)."""
+    import subprocess
+    import sys
+
+    busy = [subprocess.Popen([sys.executable, "-c", "import time\nt=time.time()+4\nwhile time.time()<t: pass"])
+            for _ in range(3)]
+    try:
+        a = torch.randn(256, 256)
+        assert not any(timing._waits(lambda: [a @ a for _ in range(40)], 1) for _ in range(10))
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert timing._waits(lambda: time.sleep(0.003))

@@ -323,3 +323,17 @@ def test_terminal_table_puts_the_summary_under_its_row_when_the_columns_leave_no
     assert max(len(line) for line in table.splitlines() if line.startswith("     ") and line[5] != " ") <= 100
     row = next(i for i, line in enumerate(table.splitlines()) if line.startswith(doc["claims"][0]["id"]))
     assert table.splitlines()[row + 1].startswith("     ") and "fake summary" in table
+
+
+def test_the_by_release_line_labels_each_verdict_with_its_column():
+    """Issue 37's second audit: "torch 2.9.1 / 2.11.0 / 2.14.1: changed: C28 (depends / holds / holds / holds)"
+    paired three releases with four verdicts (this run and a reference shared a release)."""
+    a = fake_doc()
+    b = json.loads(json.dumps(a))
+    c = json.loads(json.dumps(a))
+    b["meta"]["torch"], c["meta"]["torch"] = "2.9.1", a["meta"]["torch"]
+    b["claims"][0]["verdict"] = "depends" if a["claims"][0]["verdict"] != "depends" else "holds"
+    line = next(x for x in report.terminal_table(a, [("old", b), ("same", c)], width=200).splitlines()
+                if x.startswith("by release"))
+    assert "3 columns" in line and "in ref 1 torch 2.9.1" in line and f"in this run torch {a['meta']['torch']}" in line
+    assert f"in ref 2 torch {a['meta']['torch']}" in line
