@@ -37,6 +37,9 @@ MARKER = ".nogradlab-build"
 _TOOL = "nogradlab"
 # what a run writes at the top of its folder (a build in progress is marked with these from the start)
 BUILD_ENTRIES = ("notebooks", "ledger.jsonl", "ledger.jsonl.timings", "claims.json", "report.html", "FAILED.txt")
+# the run's own scratch folder (the run cache's pickles, one per shared measurement: nogradlab.claims.runcache),
+# named only by the run, written only by its notebook kernels: vouched for whole, its files not listed one by one
+SCRATCH_ENTRIES = ("ledger.jsonl.timings",)
 
 
 def lock_path(out) -> Path:
@@ -115,8 +118,8 @@ def _foreign(folder: Path, mark: dict) -> list:
     files = mark.get("files")
     files = set(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else _written(folder)
     files |= {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}  # their folders
-    foreign += [rel for rel in _below(folder, sorted(listed & {p.name for p in folder.iterdir()}))
-                if not ours(rel, files)]
+    walk = (listed - set(SCRATCH_ENTRIES)) & {p.name for p in folder.iterdir()}
+    foreign += [rel for rel in _below(folder, sorted(walk)) if not ours(rel, files)]
     return sorted(foreign)
 
 

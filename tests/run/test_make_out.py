@@ -106,6 +106,18 @@ def test_replacing_a_build_that_gained_a_users_file_keeps_it(tmp_path):
     assert all(p.exists() for p in mine) and outdir.is_ours(new)
 
 
+def test_the_run_caches_pickles_are_the_builds_own(tmp_path):
+    """A whole `run` writes one pickle per shared measurement into ledger.jsonl.timings/ (the run cache): the
+    build was refused as "not a nogradlab build" when it moved into place (seen on a full `run`)."""
+    out = _build(tmp_path / "build")
+    (out / "ledger.jsonl.timings").mkdir()
+    (out / "ledger.jsonl.timings" / "0123abcd.pkl").write_bytes(b"\x80\x04N.")
+    assert outdir.is_ours(out)
+    new = _build(tmp_path / "build.partial")
+    outdir.replace_dir(new, out, tmp_path / "build.previous")
+    assert (out / "notebooks" / "01_x.ipynb").is_file() and not new.exists()
+
+
 def test_a_leftover_temporary_file_of_the_build_is_its_own(tmp_path):
     out = _build(tmp_path / "build")
     (out / "notebooks" / ".01_x.html.123-0123abcd.tmp").write_text("half")  # a write killed midway
