@@ -14,6 +14,7 @@ import torch
 
 from nogradlab.core import device as _device
 from nogradlab.core import workloads as _workloads
+from nogradlab.core.loader import Loader
 from nogradlab.claims.params import Params
 from nogradlab.claims.rules import Rule
 from nogradlab.claims import evidence as _evidence_module
@@ -121,7 +122,6 @@ class Claim:
 
 
 _CLAIMS: dict = {}
-_LOADED = False
 
 
 def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str, rule: Rule,
@@ -152,30 +152,16 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
     return c
 
 
-#: what imports every check module (each declares its claims): the face, ``nogradlab.claims``, gives it when
-#: it is imported (:func:`use_loader`), so that only the face loads them and this module imports none of them
-_LOADER = None
-
-
-def use_loader(load) -> None:
-    """Set what :func:`_load` calls to import the check modules (the face's, once, when it is imported)."""
-    global _LOADER
-    _LOADER = load
+#: imports every check module (each declares its claims), through the import the face, ``nogradlab.claims``,
+#: gives when it is imported (:func:`use_loader`): only the face loads them, this module imports none of them
+_LOAD = Loader("nogradlab.claims")
+use_loader = _LOAD.use
 
 
 def _load() -> None:
     """Import every check module (each declares its claims), once (through the face's loader)."""
-    global _LOADED
-    if _LOADED:
+    if not _LOAD(retry=True):
         return
-    if _LOADER is None:
-        raise RuntimeError("the check modules are loaded by nogradlab.claims: import it first")
-    _LOADED = True
-    try:
-        _LOADER()
-    except BaseException:
-        _LOADED = False
-        raise
     order = {cid: i for i, cid in enumerate(sorted(_CLAIMS, key=lambda c: (c[0] != "C", c)))}
     ordered = sorted(_CLAIMS.items(), key=lambda kv: order[kv[0]])
     _CLAIMS.clear()

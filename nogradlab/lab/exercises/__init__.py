@@ -61,15 +61,7 @@ def _import_modules() -> None:
 _registry.use_loader(_import_modules)
 
 
-def __getattr__(name):
-    # the registry rebinds it when it loads the notebook modules: read it there, never a copy made at import
-    if name == "_LOADED":
-        return _registry._LOADED
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted([*globals(), "_LOADED"])
+__getattr__, __dir__ = _registry._LOAD.face_names(__name__)  # _LOADED: the room's flag
 
 
 def _verdict(ex: Exercise, answer) -> "str | None":

@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from nogradlab.core.loader import Loader
+
 KINDS = ("code", "predict", "value")
 
 
@@ -38,7 +40,6 @@ class Exercise:
 
 
 _EXERCISES: dict = {}
-_LOADED = False
 
 
 def exercise(id: str, *, kind: str, wrong=(), returns_function: "bool | None" = None):
@@ -58,25 +59,15 @@ def exercise(id: str, *, kind: str, wrong=(), returns_function: "bool | None" = 
 
     return deco
 
-#: what imports the notebook modules (each declares its exercises): the face gives it when it is imported
-#: (:func:`use_loader`), so that only the face loads them
-_LOADER = None
 
-
-def use_loader(load) -> None:
-    """Set what :func:`_load` calls to import the notebook modules (the face's, once, when it is imported)."""
-    global _LOADER
-    _LOADER = load
+#: imports the notebook modules (each declares its exercises), through the import the face gives when it is
+#: imported (:func:`use_loader`): only the face loads them
+_LOAD = Loader("nogradlab.lab.exercises")
+use_loader = _LOAD.use
 
 
 def _load() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    if _LOADER is None:
-        raise RuntimeError("the exercise modules are loaded by nogradlab.lab.exercises: import it first")
-    _LOADED = True
-    _LOADER()
+    _LOAD()
 
 
 def get(exercise_id: str) -> Exercise:
