@@ -482,7 +482,9 @@ C20 = declare(
               "included, not only what no_grad removes: the forward-against-forward memory saving is shown "
               "beside each memory cell), from the full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
               "without grad over the forward with grad (forward against forward; shared timing, 95 % CI, at least 10 rounds), "
-              "measured on a GPU: off a GPU the reference GPU's. Judged with and without the transformer's "
+              "measured on a GPU: off a GPU the reference GPU's; a speed cell the column stored without an interval "
+              "(an older protocol's) is unresolved, not counted, and shown: this claim reads its own rows, not the "
+              "same forwards another claim of the column timed. Judged with and without the transformer's "
               "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
               + "; the training-step comparison is shown, not counted." + SELF_CONTRADICTION,
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
@@ -674,8 +676,9 @@ def judge_c20(m, rule, ref=None):
     timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
     gains = ", ".join(f"{r['workload']} {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
                       if r.get("speed_gain_forward_only") is not None)
-    where = (f"speed unresolved: {timer} (an older protocol) stored its forward-vs-forward gain without an "
-             f"interval ({gains}; shown, not counted), so memory and batch decide" if older else
+    where = (f"speed unresolved: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
+             f"interval ({gains}; shown, not counted; the same column's X05 rows time these forwards with intervals, "
+             "at their own batches, read there), so memory and batch decide" if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
     def val(c):

@@ -191,16 +191,17 @@ def judge_c25(m, rule):
         "Not testable: the 87 % share and the 2.1x risk come from an unnamed survey, and nothing measured here "
         "is of their kind (a share of projects, a likelihood), so no proxy is read against them. The mechanism, "
         f"measured on a Tornado server on 127.0.0.1 ({name}, {m.label}): one request at a time, "
-        f"without no_grad each request saves {fmt(s['grad']['saved_bytes_per_request'])} for a backward that "
-        f"never comes (freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. ")
+        f"without no_grad autograd keeps references to {fmt(s['grad']['saved_bytes_per_request'])} per request for a "
+        "backward that never comes (activations, and the input batch where the first layer saves it, alive during "
+        f"the call either way; freed after the response), with no_grad {fmt(s['no_grad']['saved_bytes_per_request'])}. ")
     load = m.get("under_load")
     if load:
         sl, k = load["summaries"], load["clients"]
         n_load = len((load.get("alive_outputs") or {}).get("grad", []))
         summary += (
             f"Under load ({k} concurrent clients, {n_load} requests, {k} worker threads): up to "
-            f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping "
-            f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran "
+            f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping references to "
+            f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran (the input batch among them) "
             f"({fmt(sl['no_grad']['saved_bytes_per_request'])} with no_grad, {sl['no_grad']['max_concurrent_calls']} at once); at most "
             f"{sl['grad']['max_alive_outputs']} outputs were alive at once, holding up to "
             f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad, vs {sl['no_grad']['max_alive_outputs']} holding "

@@ -441,20 +441,20 @@ def judge_x05(m, rule):
         summary += " " + "; ".join(why) + "."
     if m.get("provisional"):
         summary += " " + m["provisional"]
-    return Judgement(verdict, summary, _x05_reading_text(conds), conds)
+    return Judgement(verdict, summary, _x05_reading_text(conds, margin), conds)
 
 
-def _x05_reading_text(conds) -> str:
+def _x05_reading_text(conds, margin: float) -> str:
     """One line from the conditions' own readings: where a lever clearly beats no_grad, where every lever is
     ruled out, and which conditions are unresolved (a disturbed timing said as such)."""
     won = [c["condition"] for c in conds if c["reading"] == "agrees"]
     out = [c["condition"] for c in conds if c["reading"] == "disagrees"]
     open_ = [c["condition"] + (" (a disturbed timing: measure it again)" if c.get("disturbed") else "")
              for c in conds if c["reading"] == "unresolved"]
-    parts = [f"a lever clearly beats plain no_grad in {len(won)} of {len(conds)} conditions"
+    parts = [f"a lever clearly beats plain no_grad (by {margin:.0%} or more) in {len(won)} of {len(conds)} conditions"
              + (f" ({', '.join(won)})" if won and len(won) < len(conds) else "")]
     if out:
-        parts.append(f"no lever is {'' if len(out) > 1 else 'clearly '}faster in {', '.join(out)}")
+        parts.append(f"no lever can be {margin:.0%} faster in {', '.join(out)}")
     if open_:
         parts.append(f"unresolved: {', '.join(open_)}")
     text = "; ".join(parts) + "."

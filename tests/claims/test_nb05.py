@@ -208,7 +208,7 @@ def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_deci
     assert j.verdict == "does not hold", j.summary
     speed = [c for c in j.conditions if "speed" in c["condition"]]
     assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
-    assert "stored its forward-vs-forward gain without an interval" in j.summary and "memory and batch decide" in j.summary
+    assert "stored this claim's forward-vs-forward gain without an interval" in j.summary and "memory and batch decide" in j.summary
     m = rules_table._c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
     assert rules_table._judge("C20", m, rules_table.GPU).verdict == "inconclusive"
 
