@@ -238,7 +238,7 @@ def _seq_scope(m, decide: dict) -> "dict | None":
     """C19/C21's scope when a GPU's real full-size series decides beside the estimates (else the basis's)."""
     if not any(_is_measured(k) for k in decide):
         return None
-    from nogradlab.claims import estimate_validation
+    from nogradlab.claims.verdict import estimate_validation
 
     return {"basis": "measured", "text": f"measured here: {m.label}, beside full-size estimates by "
                                          f"{estimate_validation(m.protocol)[0]}"}

@@ -268,13 +268,13 @@ class Rule:
         return d
 
 
-#: the registry's lookups, given by ``nogradlab.claims`` when it is imported (this module imports no other
+#: the registry's lookups, given by ``nogradlab.claims.ledger`` when it is imported (this module imports no other
 #: part of the ledger: the registry reads rules, rules do not read the registry)
 _REGISTRY: dict = {"get": None, "ids": lambda: ()}
 
 
 def use_registry(get, ids) -> None:
-    """Called once by ``nogradlab.claims``: ``get(claim_id)`` -> its Claim, ``ids()`` -> every id."""
+    """Called once by ``nogradlab.claims.ledger``: ``get(claim_id)`` -> its Claim, ``ids()`` -> every id."""
     _REGISTRY.update(get=get, ids=ids)
 
 

