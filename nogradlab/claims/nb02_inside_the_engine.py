@@ -284,8 +284,9 @@ def judge_c08(m, rule):
     parts = [f"{n} from batch {c['crossover_batch_sgd']}" for n, c in crossovers.items()]
     summary = ("At the article's model sizes (training step, estimated), activations kept for backward "
                f"outweigh parameters + gradients + SGD-momentum state in {at}. They take "
-               f"over above a crossover batch: {'; '.join(parts)} (Adam's two state tensors move it "
-               "to 4P/slope); below it the weights and their companions dominate.")
+               f"over above a crossover batch: {'; '.join(parts)} (with SGD momentum, as counted here; Adam "
+               "instead of SGD keeps two state tensors per parameter, which would put the crossover a third "
+               "higher); below it the weights and their companions dominate.")
     single = (sum(r["activation_bytes"] > r["parameters_bytes"] for r in rows)
               if all("parameters_bytes" in r for r in rows) else None)
     reading = (f"Activations outweigh parameters + gradients + momentum together in "

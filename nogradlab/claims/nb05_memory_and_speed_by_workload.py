@@ -674,11 +674,12 @@ def judge_c20(m, rule, ref=None):
     n_ok = sum(c["reading"] == "agrees" for c in cells)
     older = [c for c in cells if "without an interval" in c["condition"]]
     timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
-    gains = ", ".join(f"{r['workload']} {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
+    gains = ", ".join(f"{r['workload']}" + (f"@{r['speed_batch']}" if r.get("speed_batch") else "")
+                      + f" {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
                       if r.get("speed_gain_forward_only") is not None)
     where = (f"speed unresolved: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
-             f"interval ({gains}; shown, not counted; the same column's X05 rows time these forwards with intervals, "
-             "at their own batches, read there), so memory and batch decide" if older else
+             f"interval ({gains}; shown, not counted; the same column's X05 rows time these conditions again, with intervals, "
+             "read there), so memory and batch decide" if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
     def val(c):

@@ -113,7 +113,7 @@ def test_c20_says_an_older_column_stored_its_forward_gain_without_an_interval(re
     assert "timed a training step against a no_grad forward" not in e["summary"], e["summary"]
     assert "stored without an interval" in e["summary"], e["summary"]
     # the forward-vs-forward gains it stored, shown and not counted
-    for text in ("resnet50 +31%", "transformer_base +7%", "unet +0%", "mlp +0%"):
+    for text in ("resnet50@32 +31%", "transformer_base@16 +7%", "unet@16 +0%", "mlp@256 +0%"):
         assert text in e["summary"], (text, e["summary"])
     speed = {r["condition"]: r for r in e["conditions"] if " speed" in r["condition"]}
     assert speed and all(r["reading"] == "unresolved" for r in speed.values())
