@@ -7,6 +7,8 @@ tensors, linear head) is estimated to the byte in eval+grad, eval+no_grad and tr
 from __future__ import annotations
 
 import pytest
+import inspect
+
 import torch
 from torch import nn
 
@@ -89,7 +91,9 @@ def test_memtracker_counts_the_models_construction_when_built_inside_it():
     inside = mt.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
     est = _estimate(own, "eval+no_grad")
     # the extra bytes are trunc_normal_'s temporaries (a float tensor and bool masks of the weight's
-    # size), held while the model is built, never during the step
-    assert inside > est
-    assert inside - est >= TruncInit().fc1.weight.numel()
+    # size), held while the model is built, never during the step. Releases whose trunc_normal_ works in
+    # place (2.9.1: uniform_, erfinv_, mul_, add_, clamp_ on the weight; 2.14.1 samples by rejection, with
+    # masks and torch.where) make none, and MemTracker then reads the step alone (measured: equal on 2.9.1)
+    rejection = "torch.where" in inspect.getsource(torch.nn.init._no_grad_trunc_normal_)
+    assert (inside - est >= TruncInit().fc1.weight.numel()) if rejection else inside == est
     assert est == _memtracker_step(own, "eval+no_grad")

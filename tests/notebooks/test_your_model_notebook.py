@@ -40,12 +40,12 @@ def _text(nb) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.parametrize("case", list(NOTEBOOK_MODELS))
 def _answers(modes: dict) -> dict:
     """An estimate's modes without how the search went (its wall time, trials and narrative)."""
     return {m: {k: v for k, v in e.items() if k not in ("seconds", "trials", "search")} for m, e in modes.items()}
 
 
+@pytest.mark.parametrize("case", list(NOTEBOOK_MODELS))
 def test_notebook_runs_on_models_it_does_not_name(case, tmp_path, monkeypatch):
     from test_notebooks import stderr_outputs, truncated_table_cells, notebook_html
 
