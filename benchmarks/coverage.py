@@ -285,16 +285,27 @@ while time.monotonic() < end:
 def noisy_neighbour(seconds: float):
     """A subprocess doing bursts of busy work (1-200 ms) and pauses (1-200 ms) at random, for at
     most ``seconds``; stopped (by its own pid) when the block ends."""
-    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seconds)])
+    with neighbours(NEIGHBOUR, 1, seconds) as procs:
+        yield procs[0]
+
+
+@contextlib.contextmanager
+def neighbours(source: str, count: int, seconds: float, settle: float = 0.0):
+    """``count`` subprocesses running the Python ``source`` (given ``seconds`` as its one argument: it stops by
+    itself then), ``settle`` seconds to start working; every one stopped, by its own pid, when the block ends."""
+    procs = [subprocess.Popen([sys.executable, "-c", source, str(seconds)]) for _ in range(count)]
     try:
-        yield proc
+        time.sleep(settle)
+        yield procs
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def real_run(method: str, seed: int, size: int = 64, min_run_time: float = 0.02, rounds: int = 10,
@@ -355,19 +366,8 @@ def bursty_neighbours(count: int, seconds: float):
     """``count`` subprocesses, each doing single-threaded torch work in bursts of 20 ms to 1 s with pauses
     of 10-500 ms (a duty of about two thirds), for at most ``seconds``: on a 2-core machine 15 of them
     load it to about five times its cores. All are stopped when the block ends."""
-    procs = [subprocess.Popen([sys.executable, "-c", BURSTY, str(seconds)]) for _ in range(count)]
-    try:
-        time.sleep(3.0)  # let them import torch and start working
+    with neighbours(BURSTY, count, seconds, settle=3.0) as procs:  # 3 s: they import torch, then work
         yield procs
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def checks_run(seed: int, clock: str = "auto", equal_calls: bool = True) -> timing.Comparison:

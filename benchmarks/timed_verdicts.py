@@ -27,20 +27,20 @@ IDS = ("C03", "C13", "C17", "C20", "X01", "X05")
 BUSY = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 
 
-@contextlib.contextmanager
+def _coverage_script():
+    """benchmarks/coverage.py, loaded from its path (its name is also a PyPI package's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nogradlab_coverage_benchmark",
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "coverage.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def busy_neighbours(count: int, seconds: float = 1800):
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY, str(seconds)]) for _ in range(count)]
-    try:
-        yield procs
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    """``count`` busy loops beside the run (:func:`coverage.neighbours`), stopped when the block ends."""
+    return _coverage_script().neighbours(BUSY, count, seconds)
 
 
 def _local(result):

@@ -17,18 +17,12 @@ H200 = json.loads((ROOT / "results" / "cuda-nvidia-h200" / "claims.json").read_t
 GPU = H200["meta"]["device"]
 
 
+from test_audit_verdicts import _entry  # noqa: E402 (the columns' entries, read as the first audit's tests do)
+
+
 @pytest.fixture(scope="module")
 def refs():
     return dict(report.load_references(ROOT / "results"))
-
-
-def _entry(doc, cid):
-    return next(c for c in doc["claims"] if c["id"] == cid)
-
-
-def _m(doc, cid):  # a schema 1 column stores its measurements as "evidence"
-    e = _entry(doc, cid)
-    return e["measurements"] if "measurements" in e else e["evidence"]
 
 
 def _judge(cid, values, protocol=None, device=GPU, scale="full"):
