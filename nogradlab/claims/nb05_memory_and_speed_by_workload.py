@@ -482,9 +482,9 @@ C20 = declare(
               "included, not only what no_grad removes: the forward-against-forward memory saving is shown "
               "beside each memory cell), from the full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
               "without grad over the forward with grad (forward against forward; shared timing, 95 % CI, at least 10 rounds), "
-              "measured on a GPU: off a GPU the reference GPU's; a speed cell the column stored without an interval "
-              "(an older protocol's) is unresolved, not counted, and shown: this claim reads its own rows, not the "
-              "same forwards another claim of the column timed. Judged with and without the transformer's "
+              "measured on a GPU: off a GPU the reference GPU's; a speed gain the column stored without an interval "
+              "(an older protocol's) is read with the tolerance every interval-less timing gets, its time saved "
+              "plus and minus 2 points. Judged with and without the transformer's "
               "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
               + "; the training-step comparison is shown, not counted." + SELF_CONTRADICTION,
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
@@ -615,13 +615,26 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
             items.append((f"{w} speed (no GPU timing)", r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
         else:
             if "speed_case" not in sr:  # protocol 1: its speed_gain is a training step's; its forward-vs-forward
-                fwd = sr.get("speed_gain_forward_only")  # gain was stored without an interval: shown, unresolved
-                items.append((f"{w} speed (forward gain stored without an interval)",
-                              fwd if fwd is not None else r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
+                fwd = sr.get("speed_gain_forward_only")  # gain was stored without an interval: read with the
+                if fwd is None:  # tolerance every interval-less reading gets (evidence.POINT_TOLERANCE)
+                    items.append((f"{w} speed (forward gain stored without an interval)",
+                                  r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
+                    continue
+                lo, hi = _tolerated_gain(fwd)
+                items.append((f"{w} speed (forward gain stored without an interval)", fwd, lo, hi, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
     return items
+
+
+def _tolerated_gain(gain: float) -> tuple:
+    """A throughput gain stored without an interval, read as any interval-less time reading is
+    (:data:`nogradlab.claims.evidence.POINT_TOLERANCE`): its time saved plus and minus 2 points, as a gain."""
+    kind, width = _ev.POINT_TOLERANCE["time saving"]
+    saved = 1.0 - 1.0 / (1.0 + gain)
+    lo_s, hi_s = saved - width, min(saved + width, 0.999)
+    return 1.0 / (1.0 - lo_s) - 1.0, 1.0 / (1.0 - hi_s) - 1.0
 
 
 def _c20_read(items) -> tuple:
@@ -651,8 +664,10 @@ def judge_c20(m, rule, ref=None):
         if "without an interval" in c["condition"]:
             sr = next((x for x in speed_rows or [] if x.get("workload") == name.split(" ")[0]), {})
             fwd = sr.get("speed_gain_forward_only")
-            return ((f"{fwd:+.0%} forward against forward" if fwd is not None else "no forward gain")
-                    + ", stored without an interval: unresolved, not counted")
+            if fwd is None:
+                return "no forward gain stored: unresolved, not counted"
+            return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
+                    f"{_signed_ci(fwd, *c['ci'])} ({c['reading']})")
         unit_x = c["band"]["unit"] == "x"
         val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
                _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
@@ -677,9 +692,9 @@ def judge_c20(m, rule, ref=None):
     gains = ", ".join(f"{r['workload']}" + (f"@{r['speed_batch']}" if r.get("speed_batch") else "")
                       + f" {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
                       if r.get("speed_gain_forward_only") is not None)
-    where = (f"speed unresolved: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
-             f"interval ({gains}; shown, not counted; the same column's X05 rows time these conditions again, with intervals, "
-             "read there), so memory and batch decide" if older else
+    where = (f"speed: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
+             f"interval ({gains}), read with the 2-point tolerance of time saved that every interval-less timing gets"
+             if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
     def val(c):

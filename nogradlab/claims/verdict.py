@@ -356,10 +356,10 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         # every speed condition left unresolved because the column stored its gains without an interval
         # (an older protocol): the column is shown, it decides no speed cell
         speed_rows = [c for c in (jm.conditions or []) if " speed" in str(c.get("condition", ""))]
-        uncounted = bool(speed_rows) and all("without an interval" in str(c.get("condition", ""))
-                                             and c.get("reading") == "unresolved" for c in speed_rows)
+        pointwise = bool(speed_rows) and all("without an interval" in str(c.get("condition", "")) for c in speed_rows)
         speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
-                 + ("its gains stored without an interval: shown, not counted" if uncounted else
+                 + ("its gains stored without an interval, each read with the 2-point tolerance of time saved that "
+                    "every interval-less timing gets, judged by today's rule" if pointwise else
                     "judged by today's rule") + (f"; it contradicts itself on what {claim.id} reads, so its timings "
                                               f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
                                               f"are read unresolved" if conflicts else "")

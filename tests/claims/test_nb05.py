@@ -200,17 +200,26 @@ def test_c19_says_the_saving_per_token_does_not_compound_when_it_stays_flat():
 
 # --------------------- judges: C20's speed cells (from test_verdict_rules.py, test_evidence_age.py)
 
-def test_c20_reads_the_speed_cells_of_a_training_step_column_unresolved_and_decides_on_memory_and_batch():
+def test_c20_reads_a_protocol_1_forward_gain_with_the_tolerance_of_an_interval_less_timing():
+    """Protocol 1 stored the forward-vs-forward gain without an interval: read, like every interval-less timing,
+    with its time saved plus and minus 2 points (evidence.POINT_TOLERANCE): on the band's edge it is
+    unresolved, well outside it disagrees (issue 37's third audit: it was unresolved whatever its value)."""
     m = rules_table._c20(["disagrees", "disagrees"], [None, None])
     for r in m["rows"]:  # protocol 1: a training step timed, no speed_case
-        r["speed_gain_forward_only"] = 0.3
+        r["speed_gain_forward_only"] = 0.3  # on the edge of the 20-30 % band
     j = rules_table._judge("C20", m, rules_table.GPU)
     assert j.verdict == "does not hold", j.summary
     speed = [c for c in j.conditions if "speed" in c["condition"]]
     assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
-    assert "stored this claim's forward-vs-forward gain without an interval" in j.summary and "memory and batch decide" in j.summary
+    assert "stored this claim's forward-vs-forward gain without an interval" in j.summary
+    assert "read with the 2-point tolerance" in j.summary
     m = rules_table._c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
     assert rules_table._judge("C20", m, rules_table.GPU).verdict == "inconclusive"
+    for r in m["rows"]:
+        r["speed_gain_forward_only"] = 0.05  # far below the band: decided, a disagreement
+    j = rules_table._judge("C20", m, rules_table.GPU)
+    assert all(c["reading"] == "disagrees" for c in j.conditions if "speed" in c["condition"]), j.conditions
+    assert j.verdict == "depends"
 
 
 def test_c20_takes_no_speed_from_a_gpu_column_that_contradicts_itself(monkeypatch):
