@@ -483,8 +483,8 @@ C20 = declare(
               "beside each memory cell), from the full-size estimates on a virtual 16 GiB CUDA device; speed = throughput gain of the forward "
               "without grad over the forward with grad (forward against forward; shared timing, 95 % CI, at least 10 rounds), "
               "measured on a GPU: off a GPU the reference GPU's; a speed gain the column stored without an interval "
-              "(an older protocol's) is read with the tolerance every interval-less timing gets, its time saved "
-              "plus and minus 2 points. Judged with and without the transformer's "
+              "(an older protocol's) is read as every interval-less timing is: with the widest spread the column "
+              "measured for that timing, never less than 2 points of time saved. Judged with and without the transformer's "
               "fused fast path; where the two differ, 'depends' on the fused path. Over the cells: " + AGGREGATE
               + "; the training-step comparison is shown, not counted." + SELF_CONTRADICTION,
               tie=TIE, min_samples=MIN_BOOTSTRAP_ROUNDS))
@@ -593,7 +593,7 @@ def _c20_speed(row, fused: bool) -> tuple:
     return row["speed_gain"], *row["speed_gain_ci"]
 
 
-def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
+def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0, column: "dict | None" = None) -> list:
     """(name, value, lo, hi, rounds, band) per cell; a speed cell without a GPU timing is unresolved.
     Memory and batch cells are estimates whose two peaks (largest batches) are each within ``err`` of the
     real ones (:func:`nogradlab.claims.estimate_validation`): their interval carries that error."""
@@ -620,7 +620,7 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
                     items.append((f"{w} speed (forward gain stored without an interval)",
                                   r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
                     continue
-                lo, hi = _tolerated_gain(fwd)
+                lo, hi = _tolerated_gain(fwd, column, w, sr.get("speed_batch"))
                 items.append((f"{w} speed (forward gain stored without an interval)", fwd, lo, hi, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
@@ -628,12 +628,20 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0) -> list:
     return items
 
 
-def _tolerated_gain(gain: float) -> tuple:
-    """A throughput gain stored without an interval, read as any interval-less time reading is
-    (:data:`nogradlab.claims.evidence.POINT_TOLERANCE`): its time saved plus and minus 2 points, as a gain."""
-    kind, width = _ev.POINT_TOLERANCE["time saving"]
+def _tolerated_gain(gain: float, column: "dict | None" = None, workload: str = "", batch=None) -> tuple:
+    """A throughput gain stored without an interval, read as every interval-less time reading is
+    (:func:`nogradlab.claims.evidence.readings`): with the widest spread the column measured for the same timing
+    (another claim's interval of that workload and batch), never less than
+    :data:`~nogradlab.claims.evidence.POINT_TOLERANCE`, 2 points of time saved; as a gain."""
     saved = 1.0 - 1.0 / (1.0 + gain)
-    lo_s, hi_s = saved - width, min(saved + width, 0.999)
+    kind, width = _ev.POINT_TOLERANCE["time saving"]
+    lo_s, hi_s = saved - width, saved + width
+    key = _ev.key_saving(workload, batch, "no_grad") if column else None
+    mine = next((r for r in (column or {}).get(key, ()) if r.get("claim") == "C20" and not r.get("stored_interval")),
+                None)
+    if mine is not None and abs(mine.get("value", saved) - saved) < 1e-9:
+        lo_s, hi_s = min(lo_s, mine["interval"][0]), max(hi_s, mine["interval"][1])
+    hi_s = min(hi_s, 0.999)
     return 1.0 / (1.0 - lo_s) - 1.0, 1.0 / (1.0 - hi_s) - 1.0
 
 
@@ -651,8 +659,9 @@ def judge_c20(m, rule, ref=None):
     rows = m["rows"]
     speed_rows = rows if m.on_gpu else (ref["rows"] if ref is not None else None)
     err = estimate_validation(m.protocol)[1]
-    without, cells = _c20_read(_c20_cells(rows, speed_rows, False, err))
-    with_, cells_on = _c20_read(_c20_cells(rows, speed_rows, True, err))
+    column = m.column if m.on_gpu else (ref.column if ref is not None else None)  # the speed rows' column
+    without, cells = _c20_read(_c20_cells(rows, speed_rows, False, err, column))
+    with_, cells_on = _c20_read(_c20_cells(rows, speed_rows, True, err, column))
     verdict = without if with_ == without else "depends"
 
     def cell(name):
@@ -693,7 +702,8 @@ def judge_c20(m, rule, ref=None):
                       + f" {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
                       if r.get("speed_gain_forward_only") is not None)
     where = (f"speed: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
-             f"interval ({gains}), read with the 2-point tolerance of time saved that every interval-less timing gets"
+             f"interval ({gains}), each read with the spread the column measured for that timing, at least 2 "
+             "points of time saved, as every interval-less timing is"
              if older else
              "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
              else "speed needs a GPU timing (no reference GPU column usable by today's rule)")

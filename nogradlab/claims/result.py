@@ -143,13 +143,17 @@ class Measurements(Mapping):
     value as present: reading it raises, never falls back to a default."""
 
     def __init__(self, values: dict, device: "dict | None" = None, scale: str = "", torch_version: str = "",
-                 protocol: "int | None" = PROTOCOL):
+                 protocol: "int | None" = PROTOCOL, column: "dict | None" = None):
         # a column whose measurements or device are not objects has none that a judge can read
         self.values = dict(values) if isinstance(values, Mapping) else {}
         #: the measuring protocol the values were made by (today's for a fresh run; a stored column's
         #: ``meta.protocol``, None when it did not record one): it says which allocator model made the
         #: estimates (:func:`estimate_validation`)
         self.protocol = protocol
+        #: for a stored column's entry, the column's readings of the quantities several claims measure
+        #: (:func:`nogradlab.claims.evidence.readings`): a reading stored without an interval is read there with
+        #: the spread the column measured for it; None for a fresh run's own measurements
+        self.column = column
         self.device = dict(device) if isinstance(device, Mapping) else {}
         self.scale = scale
         self.torch = torch_version

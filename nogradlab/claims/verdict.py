@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nogradlab.core import format as _format
 from nogradlab.claims.evidence import PROTOCOL, column_age, column_conflicts, conflict_text, protocol_of
+from nogradlab.claims.evidence import readings as _ev_readings
 from nogradlab.claims.ledger import VERDICTS, Claim, NeedsRemeasuring, get
 from nogradlab.claims.result import Judgement, Measurements
 
@@ -159,6 +160,8 @@ def _reference_candidates(claim_id: str) -> list:
     found = []
     for machine, doc in _gpu_reference_docs():
         meta = doc.get("meta") or {}
+        claims_ = doc.get("claims") if isinstance(doc.get("claims"), list) else []
+        _COLUMN_READINGS[machine] = _ev_readings(claims_, protocol_of(meta))
         for e in doc.get("claims", []):
             if not isinstance(e, dict) or e.get("id") != claim_id:
                 continue
@@ -186,11 +189,15 @@ def reference_entry(claim_id: str) -> "tuple | None":
     return None
 
 
-def _entry_measurements(e: dict, meta: "dict | None" = None) -> Measurements:
+def _entry_measurements(e: dict, meta: "dict | None" = None, column: "dict | None" = None) -> Measurements:
     meta = meta or {}
     values = e.get("measurements", e.get("evidence")) or {}
     return Measurements(values, e.get("device") or meta.get("device") or {}, e.get("scale") or meta.get("scale", ""),
-                        e.get("torch") or meta.get("torch", ""), protocol=protocol_of(meta))
+                        e.get("torch") or meta.get("torch", ""), protocol=protocol_of(meta), column=column)
+
+
+#: machine -> its column's readings (evidence.readings), for the reference columns :func:`_reference_candidates` read
+_COLUMN_READINGS: dict = {}
 
 
 def _stale_words(meta: dict) -> str:
@@ -348,7 +355,7 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         # a column that contradicts itself on a workload's timing is still read for the workloads the conflict
         # does not touch: its conditions of the workloads in doubt are read unresolved (_conflicted)
         used = ref if ref is not None else rejected[0][:3] if rejected else None
-        rm = _entry_measurements(used[2], used[1]) if used else None
+        rm = _entry_measurements(used[2], used[1], _COLUMN_READINGS.get(used[0])) if used else None
         jm = _judge_or_needs(claim, m, rm)
         if jm.verdict == "needs re-measuring":
             return jm, _scope(claim, m, j), None
@@ -358,8 +365,8 @@ def _final(claim: Claim, m: Measurements) -> tuple:
         speed_rows = [c for c in (jm.conditions or []) if " speed" in str(c.get("condition", ""))]
         pointwise = bool(speed_rows) and all("without an interval" in str(c.get("condition", "")) for c in speed_rows)
         speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
-                 + ("its gains stored without an interval, each read with the 2-point tolerance of time saved that "
-                    "every interval-less timing gets, judged by today's rule" if pointwise else
+                 + ("its gains stored without an interval, each read with the spread the column measured for that "
+                    "timing (at least 2 points of time saved), judged by today's rule" if pointwise else
                     "judged by today's rule") + (f"; it contradicts itself on what {claim.id} reads, so its timings "
                                               f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
                                               f"are read unresolved" if conflicts else "")
@@ -424,7 +431,7 @@ def _summary_with_scope(claim: Claim, summary: str, scope: dict) -> str:
         return summary
     return f"{summary} [Evidence: {scope['text']}.]"
 
-def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
+def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=(), readings: "dict | None" = None) -> dict:
     """A stored claims.json entry judged again by today's rule: verdict, summary, reading, scope,
     conditions and rule replaced (the stored ones kept as ``stored_verdict``); an entry without
     measurements (a claim no check reached) is returned as it is.
@@ -434,7 +441,8 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
     ``meta`` is its column's: a column of an older measuring protocol says so in the summary and in
     ``scope.stale``/``scope.age``. ``conflicts`` are its column's (:func:`column_conflicts`): a claim
     that reads a quantity the column contradicts itself on is not decided by it ("needs re-measuring",
-    ``scope.conflicts``)."""
+    ``scope.conflicts``). ``readings`` are its column's (:func:`nogradlab.claims.evidence.readings`): a reading
+    the entry stored without an interval is read with the spread the column measured for it."""
     e = dict(entry)
     if e.get("verdict") is None and not (e.get("measurements") or e.get("evidence")):
         return e
@@ -442,7 +450,7 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=()) -> dict:
         claim = get(e["id"])
     except ValueError:
         return e
-    m = _entry_measurements(e, meta)
+    m = _entry_measurements(e, meta, readings)
     j, scope, local = _final(claim, m)
     if scope.get("text", "").startswith("measured here: "):  # a stored column: here is that machine
         scope = dict(scope, text="measured on " + scope["text"][len("measured here: "):])

@@ -316,7 +316,8 @@ def rejudged(doc: dict) -> dict:
     # how old the column is and where it contradicts itself (nogradlab.claims.evidence), for the report to show
     meta["age"] = _claims.column_age(meta)
     meta["conflicts"] = conflicts = _claims.column_conflicts(doc)
-    entries = [_claims.judge_entry(c, meta, conflicts=conflicts) for c in doc["claims"]]
+    column = _claims.evidence.readings(doc["claims"], _claims.evidence.protocol_of(meta))
+    entries = [_claims.judge_entry(c, meta, conflicts=conflicts, readings=column) for c in doc["claims"]]
     words = [verdict_word(e["verdict"]) for e in entries]
     meta["counts"] = {w: words.count(w) for w in COLOURS if w in words}
     meta["judged_by"] = _rules.digest()

@@ -118,7 +118,10 @@ def test_c20_says_an_older_column_stored_its_forward_gain_without_an_interval(re
         assert text in e["summary"], (text, e["summary"])
     speed = {r["condition"].split(" ")[0]: r for r in e["conditions"] if " speed" in r["condition"]}
     assert speed["resnet50"]["value"] == pytest.approx(0.3129, abs=1e-4)
-    assert speed["resnet50"]["reading"] == "unresolved"  # +31 % read as [+28 %, +35 %] against 25-30 %
+    # +31 % read with the widest spread the column measured for resnet50@32 (X05's +15 % [+5 %, +22 %]): [+18 %, +40 %],
+    # as evidence.readings reads it for the column's conflicts (issue 37's fourth audit: it was +/-2 points only)
+    assert speed["resnet50"]["reading"] == "unresolved"
+    assert speed["resnet50"]["ci"] == pytest.approx([0.179, 0.404], abs=2e-3)
     assert [speed[w]["reading"] for w in ("transformer_base", "unet", "mlp")] == ["disagrees"] * 3
     lo, hi = speed["transformer_base"]["ci"]
     assert lo == pytest.approx(1 / (1 - (1 - 1 / 1.0718) + 0.02) - 1, abs=2e-3) and hi > speed["transformer_base"]["value"]
@@ -129,7 +132,7 @@ def test_c20s_evidence_line_says_an_older_columns_speed_gains_are_not_counted(re
     was judged (notebook 05's note sends the learner to that line)."""
     e = _entry(refs["cpu-amd-epyc-2-threads"], "C20")
     speed = e["scope"]["text"].split("speed: ", 1)[1]
-    assert "its gains stored without an interval, each read with the 2-point tolerance" in speed, e["scope"]["text"]
+    assert "its gains stored without an interval, each read with the spread the column measured" in speed, e["scope"]["text"]
 
 
 def test_c20_names_the_age_of_its_own_memory_cells_and_of_the_references_speed_cells(refs, monkeypatch):

@@ -212,7 +212,7 @@ def test_c20_reads_a_protocol_1_forward_gain_with_the_tolerance_of_an_interval_l
     speed = [c for c in j.conditions if "speed" in c["condition"]]
     assert len(speed) == 2 and all(c["reading"] == "unresolved" for c in speed)
     assert "stored this claim's forward-vs-forward gain without an interval" in j.summary
-    assert "read with the 2-point tolerance" in j.summary
+    assert "read with the spread the column measured for that timing, at least 2" in j.summary
     m = rules_table._c20(["agrees", "agrees"], [None, None])  # memory agrees: the unresolved speed leaves it open
     assert rules_table._judge("C20", m, rules_table.GPU).verdict == "inconclusive"
     for r in m["rows"]:
