@@ -49,7 +49,7 @@ Why these choices:
   2-core VM). Each result records the count and why (``threads_reason``). The Timer sets the thread
   count only for the duration of a measurement and restores it afterwards; so does this module, even
   on error.
-* **A clock a neighbour cannot stretch.** On a CPU the samples are timed by this thread's CPU time
+* **A clock preemption does not stretch.** On a CPU the samples are timed by this thread's CPU time
   (``time.thread_time``, given to ``Timer(timer=...)``) when torch runs one thread, by the process's
   CPU time (``time.process_time``) when it runs several or when a warm-up call shows the case working
   in other threads: a neighbour process that takes the core away stretches wall time, not the time
@@ -132,8 +132,9 @@ CONFIDENCE = 0.95
 
 #: The clocks a timing can read, by the name every result records (``Timing.clock``).
 CLOCKS = {
-    "thread": "this thread's CPU time (time.thread_time): a neighbour process cannot stretch it",
-    "process": "this process's CPU time, all its threads (time.process_time): a neighbour cannot stretch it",
+    "thread": "this thread's CPU time (time.thread_time): a neighbour taking the core away does not stretch it",
+    "process": "this process's CPU time, all its threads (time.process_time): a neighbour taking a core away does "
+               "not stretch it",
     "wall": "wall time (timeit.default_timer), the device synchronised before each read on CUDA/MPS",
 }
 
