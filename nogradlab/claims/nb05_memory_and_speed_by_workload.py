@@ -675,8 +675,9 @@ def judge_c20(m, rule, ref=None):
             fwd = sr.get("speed_gain_forward_only")
             if fwd is None:
                 return "no forward gain stored: unresolved, not counted"
+            # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label
             return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
-                    f"{_signed_ci(fwd, *c['ci'])} ({c['reading']})")
+                    f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']})")
         unit_x = c["band"]["unit"] == "x"
         val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
                _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))

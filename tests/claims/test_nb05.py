@@ -202,7 +202,8 @@ def test_c19_says_the_saving_per_token_does_not_compound_when_it_stays_flat():
 
 def test_c20_reads_a_protocol_1_forward_gain_with_the_tolerance_of_an_interval_less_timing():
     """Protocol 1 stored the forward-vs-forward gain without an interval: read, like every interval-less timing,
-    with its time saved plus and minus 2 points (evidence.POINT_TOLERANCE): on the band's edge it is
+    with the spread its column measured for that timing, at least 2 points of time saved (here no other reading:
+    the 2 points, evidence.POINT_TOLERANCE): on the band's edge it is
     unresolved, well outside it disagrees (issue 37's third audit: it was unresolved whatever its value)."""
     m = rules_table._c20(["disagrees", "disagrees"], [None, None])
     for r in m["rows"]:  # protocol 1: a training step timed, no speed_case
