@@ -35,6 +35,17 @@ import pytest
 # a judge's own error on a stored column raises in every test (nogradlab.claims.strict), also in the
 # notebooks' kernels, which inherit the environment; outside the tests it reads "needs re-measuring"
 os.environ.setdefault("NOGRADLAB_STRICT_JUDGES", "1")
+# allocation programs (nogradlab.estimate.programs) kept in a folder of this session's own, shared by its
+# processes and notebook kernels: the user's cache is neither read nor written, and the test session
+# starts from nothing (a test that counts traces would find them kept from an earlier run)
+if "NOGRADLAB_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _CACHE = tempfile.mkdtemp(prefix="nogradlab-test-cache-")
+    os.environ["NOGRADLAB_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, True)  # the folder this process made
 
 TESTS = Path(__file__).resolve().parent
 # folder (under tests/) -> marker of every test in it
@@ -88,6 +99,8 @@ def _kind(item) -> str:
     needs_gpu = any("CUDA GPU" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
     if rel in GPU_FILES or needs_gpu:
         return "gpu"
+    if item.get_closest_marker("integration") is not None:  # marked at the test
+        return "integration"
     if rel in INTEGRATION_FILES or getattr(item, "originalname", item.name) in INTEGRATION_TESTS.get(rel, ()):
         return "integration"
     return "unit"

@@ -97,6 +97,8 @@ class MemoryReport:
     reserved_bytes: "int | None" = None  # modelled torch.cuda.max_memory_reserved (segments)
     allocator: "str | None" = None  # the allocator mode modelled
     events: "list | None" = field(default=None, repr=False, compare=False)  # the allocation trace
+    # the same trace with each library workspace kept as the operator's call ("ws": its bytes at any batch)
+    program: "list | None" = field(default=None, repr=False, compare=False)
 
     @property
     def total_peak_bytes(self) -> "int | None":
@@ -105,11 +107,13 @@ class MemoryReport:
 
     def to_dict(self) -> dict:
         events, self.events = self.events, None  # the trace stays out of the dict (thousands of events)
+        program, self.program = self.program, None
         try:
             d = asdict(self)
         finally:
-            self.events = events
+            self.events, self.program = events, program
         d.pop("events", None)
+        d.pop("program", None)
         d["total_peak_bytes"] = self.total_peak_bytes
         if self.timeline is not None:
             d["timeline"] = [list(e) for e in self.timeline]

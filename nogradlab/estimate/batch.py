@@ -58,6 +58,7 @@ import functools
 import gc
 import math
 import numbers
+import re
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -491,6 +492,215 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
                    f"{replays} replays of fitted traces chose no answer)")
 
 
+# --------------------------------------------------------------------------------------------
+# the estimate's search on a (virtual) CUDA device: one allocation program serves every batch
+
+
+#: the batches a program is fitted through, and the one it is checked at
+PROGRAM_FIT = (16, 64)
+PROGRAM_CHECK = 17
+#: the small batches checked against the line, in turn, until one lies on it: below that batch a step
+#: can differ (a transpose of a dimension of size 1 is a view, not a copy; the transformer's training
+#: step at batch 2), and those batches are traced, as trials, not replayed
+PROGRAM_SMALL = (1, 2, 4, 8)
+
+
+def _affine_events(ev_a: list, a: int, ev_b: list, b: int):
+    """``at(n)``: the recorded trace (workspace calls as calls, ``("ws", ...)``) at batch ``n`` on the
+    line through the traces at batches ``a`` and ``b``: every tensor's bytes, and every workspace call's
+    batch and input bytes, affine in the batch (rounded to the nearest). None where the two traces are not
+    the same events in the same order (shapes or control flow that change with the batch), or a size
+    shrinks as the batch grows."""
+    if len(ev_a) != len(ev_b) or a == b:
+        return None
+    varying = []  # (index, {slot: (value at a, value at b)})
+    for i, (x, y) in enumerate(zip(ev_a, ev_b)):
+        if x == y:
+            continue
+        if x[0] != y[0] or x[1] != y[1]:
+            return None
+        if x[0] == "alloc":
+            slots = (2,)
+        elif x[0] == "ws" and x[5] == y[5]:
+            slots = (3, 4)
+        else:
+            return None
+        pairs = {k: (x[k], y[k]) for k in slots if x[k] != y[k]}
+        if any((q - p) * (b - a) < 0 for p, q in pairs.values()):
+            return None
+        op = None
+        if x[0] == "ws" and x[2] != y[2]:
+            # the operator's key holds a shape with the batch inside (its first dimension is not the
+            # batch: a sum over a sequence-first tensor): its numbers must be affine in the batch too
+            op = _affine_key(x[2], a, y[2], b)
+            if op is None:
+                return None
+        varying.append((i, pairs, op))
+
+    def at(n: int) -> list:
+        out = list(ev_a)
+        for i, pairs, op in varying:
+            e = list(out[i])
+            for k, (p, q) in pairs.items():
+                e[k] = _on_line(n, a, p, b, q)
+            if op is not None:
+                e[2] = op(n)
+            out[i] = tuple(e)
+        return out
+
+    return at
+
+
+def _on_line(n: int, a: int, p: int, b: int, q: int) -> int:
+    """The value at ``n`` on the line through ``(a, p)`` and ``(b, q)``, rounded to the nearest."""
+    return max(0, p + ((q - p) * (n - a) * 2 + (b - a)) // (2 * (b - a)))
+
+
+_NUMBER = re.compile(r"-?\d+")
+
+
+def _affine_key(ka: str, a: int, kb: str, b: int):
+    """``key(n)``: an operator's key (its arguments' shapes) at batch ``n``, from its keys at batches ``a``
+    and ``b``, where they differ only in numbers that are affine in the batch with whole slopes; None
+    otherwise."""
+    ta, tb = _NUMBER.split(ka), _NUMBER.split(kb)
+    na, nb = [int(v) for v in _NUMBER.findall(ka)], [int(v) for v in _NUMBER.findall(kb)]
+    if ta != tb or len(na) != len(nb) or any((q - p) % (b - a) for p, q in zip(na, nb)):
+        return None
+
+    def key(n: int) -> str:
+        nums = [str(p + (q - p) // (b - a) * (n - a)) for p, q in zip(na, nb)]
+        return "".join(t + v for t, v in zip(ta, nums + [""]))
+
+    return key
+
+
+@dataclass
+class Program:
+    """The allocation program of one step (a model, a mode, its dtype, on the modelled GPU): the trace
+    at any batch from traces at two batches (:data:`PROGRAM_FIT`), every tensor's bytes affine in the
+    batch and each library workspace computed from its operator's shape at that batch (the table of
+    ``nogradlab.cudamodel``). Checked when made: its trace at :data:`PROGRAM_CHECK` equals the one
+    traced there, event for event. A search, or a new budget, then costs replays through the allocator's
+    model, not traces. ``lowest``: the smallest batch the line serves (checked there; a smaller batch is
+    traced, as a trial). ``notes``: the estimate's notes of the traced batches."""
+
+    a: int
+    ev_a: list
+    b: int
+    ev_b: list
+    checked: tuple
+    lowest: int = 1  # the smallest batch the line serves (smaller ones are traced)
+    notes: tuple = ()
+    source: str = "traced"  # or "cache": read from the cache folder
+    replays: dict = field(default_factory=dict, repr=False, compare=False)  # (n, allocator, held) -> peaks
+
+    def __post_init__(self):
+        self._at = _affine_events(self.ev_a, self.a, self.ev_b, self.b)
+        if self._at is None:
+            raise ValueError("the two traces are not one line in the batch")
+
+    def serves(self, n: int) -> bool:
+        return n >= self.lowest
+
+    def recorded(self, n: int) -> list:
+        """The trace at batch ``n`` (at least :attr:`lowest`), workspace calls as calls."""
+        if n < self.lowest:
+            raise ValueError(f"batch {n} lies below the batches this program serves (from {self.lowest})")
+        return self._at(n)
+
+    def events(self, n: int, held: int = 0) -> list:
+        """The allocation trace at batch ``n`` (what ``memory.estimate`` records there), with ``held``
+        bytes the process holds allocated first."""
+        from nogradlab.estimate.cudamodel import expand_workspaces
+
+        out = expand_workspaces(self.recorded(n))
+        return ([("alloc", ("held",), int(held))] + out) if held else out
+
+    def describe(self) -> str:
+        below = "" if self.lowest == 1 else f"; batches under {self.lowest} traced, as trials"
+        return (f"the step's allocation program (traces at batches {self.a} and {self.b} fitted as a line in "
+                f"the batch, workspaces from each operator's shape, checked at batches "
+                f"{', '.join(map(str, sorted(self.checked)))}{below}"
+                f"{'; kept from an earlier run' if self.source == 'cache' else ''})")
+
+
+def _replayed(prog: Program, allocator: str, held: int, budget: int, n: int) -> tuple:
+    """``(fits, reserved peak without a cap, allocated peak)`` of the program's trace at batch ``n``
+    replayed through the allocator's model: what a traced trial gives (:func:`_modelled_fit`). The
+    uncapped replay is kept per batch (it serves every budget); the capped one runs only where the cap
+    can matter (the uncapped reserved peak passes the budget)."""
+    from nogradlab.estimate import allocator as _alloc
+
+    if not prog.serves(n):
+        return None  # the caller traces it
+    k = (n, allocator, held)
+    free = prog.replays.get(k)
+    if free is None:
+        sim = _alloc.simulate(prog.events(n, held), allocator, None, keep_segments=False)
+        free = prog.replays[k] = (sim.reserved_peak_bytes, sim.allocated_peak_bytes)
+    reserved, allocated = free
+    if reserved <= budget:
+        fits = True  # the cap is never reached
+    else:  # (an allocated peak over the budget may still fit: a convolution takes its fallback under a cap)
+        fits = not _alloc.simulate(prog.events(n, held), allocator, budget, keep_segments=False).oom
+    return fits, reserved, allocated
+
+
+#: ``(workload, scale, mode, device, fast) -> Program``, or the reason there is none (a string)
+_PROGRAMS: dict = {}
+
+
+def _program(workload, scale: str, mode: str, dev: str, fast=None) -> "Program | str":
+    """The step's :class:`Program`, made once per process (and kept between processes:
+    :mod:`nogradlab.estimate.programs`), or the reason why its traces are not one line in the batch."""
+    k = (workload, scale, mode, dev, fast)
+    hit = _PROGRAMS.get(k)
+    if hit is not None:
+        return hit
+    from nogradlab.estimate import programs as _store
+
+    cached = _store.load(workload, scale, mode, dev, fast)
+    if cached is not None:
+        _PROGRAMS[k] = cached
+        return cached
+
+    def recorded(b):
+        return _trace(workload, scale, mode, b, dev, "native", 0, fast)
+
+    # batch 1 first, as every search traces it first: the first trace of a step in a process can hold a
+    # few small allocations later ones do not (22 of 8-16 bytes in ResNet-50's training step, made once),
+    # and batch 1 is where a search meets them
+    recorded(1)
+    a, b = PROGRAM_FIT
+    ra, rb = recorded(a), recorded(b)
+    at = _affine_events(ra[4], a, rb[4], b)
+    why = None
+    if at is None:
+        why = (f"the allocation traces of batches {a} and {b} are not the same operations (shapes or "
+               "control flow change with the batch)")
+    else:
+        rc = recorded(PROGRAM_CHECK)
+        if at(PROGRAM_CHECK) != rc[4]:
+            why = f"the trace at batch {PROGRAM_CHECK} is not on the line through batches {a} and {b}"
+    if why is not None:
+        _PROGRAMS[k] = why
+        return why
+    traced, lowest = [rc], PROGRAM_CHECK
+    for small in PROGRAM_SMALL:
+        r = recorded(small)
+        traced.append(r)
+        if at(small) == r[4]:
+            lowest = small
+            break
+    notes = tuple(dict.fromkeys(n for r in [ra, rb] + traced for n in r[3]))
+    prog = Program(a=a, ev_a=ra[4], b=b, ev_b=rb[4], lowest=lowest, notes=notes,
+                   checked=(PROGRAM_CHECK,) + ((lowest,) if lowest != PROGRAM_CHECK else ()))
+    _PROGRAMS[k] = prog
+    _store.save(workload, scale, mode, dev, fast, prog)
+    return prog
+
+
 def _fastpath_enabled():
     """The transformer fast path's switch (``torch.backends.mha``), or None where torch has none."""
     mha = getattr(torch.backends, "mha", None)
@@ -532,7 +742,7 @@ def _modelled_fit(workload: str, scale: str, mode: str, batch: int, dev: str, al
     replayed through the caching allocator's model under a cap of ``budget`` reserved bytes."""
     from nogradlab.estimate import allocator as _alloc
 
-    events, reserved, allocated, notes = _trace(workload, scale, mode, batch, dev, allocator, held, fast)
+    events, reserved, allocated, notes = _trace(workload, scale, mode, batch, dev, allocator, held, fast)[:4]
     sim = _alloc.simulate(events, allocator, budget, keep_segments=False)
     return not sim.oom, reserved, allocated, notes
 
@@ -556,7 +766,7 @@ def _trace(workload: str, scale: str, mode: str, batch: int, dev: str, allocator
         _TRACES.move_to_end(k)
         return hit
     r = _estimate(workload, scale, mode, batch, dev, allocator, held, fast)
-    out = _TRACES[k] = (r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes))
+    out = _TRACES[k] = (r.events, int(r.reserved_bytes), int(r.allocated_bytes), tuple(r.notes), r.program)
     while len(_TRACES) > TRACES_MAX:
         _TRACES.popitem(last=False)
     return out
@@ -585,6 +795,7 @@ def _forget_estimates() -> None:
     for cached in (_estimated_bytes, _estimate, _modelled_fit):
         cached.cache_clear()
     _TRACES.clear()
+    _PROGRAMS.clear()
 
 
 def _process_allocator() -> str:
@@ -895,7 +1106,19 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                     return (ok, n, allocated) if cuda else (ok, n)
 
                 probe = _recorded(estimated, record)
-                if cuda and start == "auto":
+                prog = _program(key, scale, mode, dev, fast) if cuda and start == "auto" else None
+                if isinstance(prog, Program):
+                    notes.extend(x for x in prog.notes if x not in notes and not x.startswith("reserved bytes"))
+                    def replayed_or_traced(b, prog=prog):
+                        out = _replayed(prog, allocator, held_bytes, budget_bytes, b)
+                        return estimated(b) if out is None else out
+
+                    probe = _recorded(replayed_or_traced, record)
+                    result.batch = _find(probe, budget_bytes, max_batch, "auto", hint)
+                    small = sum(1 for t in trials if not prog.serves(t[0]))
+                    notes.append(f"{SEARCH_NOTE}: by {len(trials) - small} replays of {prog.describe()}"
+                                 + (f", and {small} trial{'s' if small > 1 else ''} traced below it" if small else ""))
+                elif cuda and start == "auto":
                     from nogradlab.estimate import allocator as _alloc
 
                     def events_of(b):

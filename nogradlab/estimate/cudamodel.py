@@ -61,7 +61,7 @@ from nogradlab.core import modes as _modes
 from nogradlab.core.tracker import StorageTracker, storage as _storage
 
 __all__ = ["Profile", "profile", "kernel_model", "virtual_autocast", "AllocationRecorder",
-           "op_signature", "op_workspace", "NotModelled", "REFERENCE"]
+           "op_signature", "op_workspace", "expand_workspaces", "NotModelled", "REFERENCE"]
 
 MiB = 1 << 20
 
@@ -215,6 +215,32 @@ def op_workspace(key: str, batch: int) -> "int | None":
     else:
         (b0, w0), (b1, w1) = pts[i - 1], pts[i]
     return max(0, int(round(w0 + (w1 - w0) * (batch - b0) / (b1 - b0))))
+
+
+def _fallbacks(ws: int, inb: int, conv: bool) -> tuple:
+    """A convolution's fallback: the input's bytes (a plan that converts only its layout), offered
+    while it is smaller than the first plan's workspace."""
+    return (inb,) if conv and 0 < inb < ws else ()
+
+
+def expand_workspaces(events: list) -> list:
+    """The allocation trace with each recorded workspace call (``("ws", key, op, batch, input bytes,
+    is a convolution)``, :meth:`AllocationRecorder.workspace`) replaced by what it allocates: the
+    table's bytes for that operator at that batch (:func:`op_workspace`), asked for and freed at
+    once (``try_alloc`` with the input's bytes as fallback for a convolution); nothing where the
+    table gives none. A trace recorded once can so be given the workspaces of any batch."""
+    out = []
+    for e in events:
+        if e[0] != "ws":
+            out.append(e)
+            continue
+        _, key, op, batch, inb, conv = e
+        ws = op_workspace(op, batch)
+        if not ws:
+            continue
+        out.append(("try_alloc", key, (int(ws),) + _fallbacks(ws, inb, conv)) if conv else ("alloc", key, int(ws)))
+        out.append(("free", key))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,17 +477,15 @@ class _KernelModel(TorchDispatchMode):
                 st.matched[conv] = st.matched.get(conv, 0) + 1
                 if str(batch) not in _workspace_table()["ops"][key]:
                     st.interpolated.add(key)
-                if ws > 0:
-                    # cuDNN tries its plans in turn: when the first plan's workspace cannot be had
-                    # (the allocator has released its cache by then), the plans seen next on the
-                    # reference GPU convert only the input's layout, then none at all
-                    fallbacks = ()
-                    if conv:
-                        x = args[0]
-                        inb = x.numel() * x.element_size()
-                        fallbacks = (inb,) if 0 < inb < ws else ()
-                    for s in self._sinks():
-                        s.transient(ws, f"workspace of {name}", fallbacks=fallbacks, optional=conv)
+            # cuDNN tries its plans in turn: when the first plan's workspace cannot be had (the
+            # allocator has released its cache by then), the plans seen next on the reference GPU
+            # convert only the input's layout, then none at all
+            inb = int(args[0].numel() * args[0].element_size()) if conv and isinstance(args[0], torch.Tensor) else 0
+            for s in self._sinks() if key is not None else ():
+                if hasattr(s, "workspace"):  # a recorder keeps the call itself: its bytes at any batch
+                    s.workspace(key, batch, inb, conv)
+                elif ws:
+                    s.transient(ws, f"workspace of {name}", fallbacks=_fallbacks(ws, inb, conv), optional=conv)
         elif name.startswith("convolution"):
             key, _ = op_signature(name, args)
             st.unmatched.add(key or name)
@@ -743,6 +767,13 @@ class AllocationRecorder(StorageTracker):
             else:
                 self.events.append(("alloc", key, int(nbytes)))
             self.events.append(("free", key))
+
+    def workspace(self, op: str, batch: int, input_bytes: int, conv: bool):
+        """An operator of the workspace table was called: kept as ``("ws", key, op, batch, input
+        bytes, conv)``, whatever the table gives at this batch (none, too), so that traces of one step
+        at two batches hold the same events, and :func:`expand_workspaces` gives the bytes."""
+        if self.active:
+            self.events.append(("ws", self._key(), op, int(batch), int(input_bytes), bool(conv)))
 
     def persistent(self, label, nbytes):
         if self.active:

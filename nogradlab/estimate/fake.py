@@ -128,7 +128,7 @@ class _Templates:
                 alive = {e[1] for e in rec.events if e[0] == "alloc"} - {e[1] for e in rec.events if e[0] == "free"}
                 if set(keys.values()) <= alive:
                     events = [e for e in rec.events if e[0] != "mark"]
-                    last = max((e[1] for e in events if e[0] in ("alloc", "try_alloc") and isinstance(e[1], int)),
+                    last = max((e[1] for e in events if e[0] in ("alloc", "try_alloc", "ws") and isinstance(e[1], int)),
                                default=0)
         if events is None:
             # one allocation per storage, in the order a fake copy of the module makes them (module by
@@ -484,12 +484,14 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         extra = []
         if cuda:
             extra = km.notes()
-            events = _assemble(rec, held_bytes)
+            program = _assemble(rec, held_bytes)  # workspace calls kept as calls ("ws")
+            events = cudamodel.expand_workspaces(program)
             sim = _alloc.simulate(events, allocator, None, keep_segments=False)
             report.allocated_bytes = sim.allocated_peak_bytes
             report.reserved_bytes = sim.reserved_peak_bytes
             report.allocator = allocator
             report.events = events
+            report.program = program
             extra.append(f"reserved bytes from the caching allocator's model ({allocator}): "
                          f"{format_bytes(sim.reserved_peak_bytes)} of segments for "
                          f"{format_bytes(sim.allocated_peak_bytes)} allocated at the peak (weights, "

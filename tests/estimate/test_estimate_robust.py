@@ -126,10 +126,23 @@ def _bracket_search(build, mode, budget, inputs, monkeypatch):
     (Plain doubling from 1 can differ: the allocator's segments make "fits" not quite monotone in the
     batch, e.g. a small CNN under 64 MiB fits 4311, not 4312..5119, and 5120 again.)"""
     with monkeypatch.context() as m:
+        m.setattr(batch, "_program", lambda *a, **k: "programs off (the test's bracket search)")
         m.setattr(batch, "_affine_find",
                   lambda probe, events_of, replay, budget, max_batch, hint=None, **_:
                   (batch._find(probe, budget, max_batch, "auto", hint), None))
         return batch.largest_batch(build, mode, budget, "cuda", inputs=inputs)
+
+
+def _new_traces(monkeypatch):
+    """The batches traced from now on (each a fake-tensor run of the step)."""
+    seen, real = [], batch._estimate
+    def counted(*a, **k):
+        seen.append(a[3])
+        return real(*a, **k)
+
+    counted.cache_clear = real.cache_clear  # largest_batch forgets its caches after your own model's search
+    monkeypatch.setattr(batch, "_estimate", counted)
+    return seen
 
 
 @pytest.mark.parametrize("build, inputs, mode, budget", [
@@ -138,38 +151,36 @@ def _bracket_search(build, mode, budget, inputs, monkeypatch):
     (PatchViT, (3, 16, 16), "grad", 96 << 20),
     (PatchViT, (3, 16, 16), "train", 96 << 20),
 ])
-def test_the_fitted_search_gives_the_bracket_searchs_answer_in_few_trials(build, inputs, mode, budget,
-                                                                         monkeypatch):
+def test_the_programs_search_gives_the_bracket_searchs_answer_from_few_traces(build, inputs, mode, budget,
+                                                                             monkeypatch):
+    batch._forget_estimates()
+    traced = _new_traces(monkeypatch)
     fitted = batch.largest_batch(build, mode, budget, "cuda", inputs=inputs)
+    monkeypatch.undo()
     bracket = _bracket_search(build, mode, budget, inputs, monkeypatch)
     assert fitted.batch == bracket.batch > 2 and not fitted.at_limit
-    assert len(fitted.trials) <= 5 < len(bracket.trials)
-    assert any(n.startswith(batch.SEARCH_NOTE) and "verified by trials" in n for n in fitted.notes)
-    # the answer is verified by real trials: it fits, one more does not
-    assert (fitted.batch, True) in [t[:2] for t in fitted.trials]
-    assert (fitted.batch + 1, False) in [t[:2] for t in fitted.trials]
+    # the program: batches 16 and 64 fitted, 17 checked, then the small batches until one lies on the line
+    assert set(traced) <= {16, 64, 17, 1, 2, 4, 8} and len(traced) <= 7
+    note = next(n for n in fitted.notes if n.startswith(batch.SEARCH_NOTE))
+    assert "replays of the step's allocation program" in note
+    # every trial the replays decided is what a traced trial decides there
+    own = ownmodel.Model(build, inputs)
+    for b, ok, reserved in fitted.trials[-3:]:
+        assert batch._modelled_fit(own, "", mode, b, "cuda:0", "native", 0, budget, None)[:2] == (ok, reserved)
+    batch._forget_estimates()
 
 
-def _new_traces(monkeypatch):
-    """The batches traced from now on (each a fake-tensor run of the step)."""
-    seen, real = [], batch._estimate
-    monkeypatch.setattr(batch, "_estimate", lambda *a, **k: seen.append(a[3]) or real(*a, **k))
-    return seen
-
-
-def test_a_search_under_a_new_budget_fits_its_line_through_the_traces_it_has(monkeypatch):
-    """The budget slider's second search: its line runs through traces the first search took, so it
-    traces only the answer and one above it, and answers as a fresh search does."""
+def test_a_search_under_a_new_budget_costs_no_trace(monkeypatch):
+    """The budget slider's second search replays the program the first search made: no new trace (at
+    batches the program serves), and the answer a fresh search gives."""
     batch._forget_estimates()
     first = batch.largest_batch("unet", "eval+no_grad", 256 << 20, "cuda", scale="tiny", method="estimate")
-    assert batch._traced_batches("unet", "tiny", "eval+no_grad", "cuda:0", "native", 0,
-                                 batch._fastpath_enabled())  # what the second search can fit through
     new = _new_traces(monkeypatch)
     second = batch.largest_batch("unet", "eval+no_grad", 384 << 20, "cuda", scale="tiny", method="estimate",
                                  hint=first.batch * 3 // 2)
-    assert sorted(new) == [second.batch, second.batch + 1]
+    assert new == []
     note = next(n for n in second.notes if n.startswith(batch.SEARCH_NOTE))
-    assert "verified by trials" in note and "through batches 1 and" not in note
+    assert "replays of the step's allocation program" in note and "traced below" not in note
     monkeypatch.undo()
     batch._forget_estimates()
     fresh = batch.largest_batch("unet", "eval+no_grad", 384 << 20, "cuda", scale="tiny", method="estimate")
