@@ -12,6 +12,9 @@ nb_execution_mode = "off"  # the notebooks come executed from the run
 nb_ipywidgets_js = {}  # no require.js / widget manager from a CDN
 html_theme = "furo"
 html_extra_path = ["_extra"]
+# book.css: code blocks and outputs wrap instead of scrolling sideways (issue 39)
+html_static_path = ["_static"]
+html_css_files = ["book.css"]
 html_copy_source = False
 html_show_sourcelink = False
 html_theme_options = {"navigation_with_keys": True}

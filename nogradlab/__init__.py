@@ -3,7 +3,7 @@
 The package has five wings, each importing only the wings before it (a layers contract in
 pyproject.toml, checked by ``make lint``)::
 
-    core      probes: device, modes, workloads, ownmodel, memory measured, timing, format, session
+    core      probes: device, modes, workloads, settings, ownmodel, memory measured, timing, format, session
     estimate  GPU memory without a GPU: fake-tensor estimate, cudamodel, allocator, batch, sweep, cli
     lab       what a notebook touches: notebook, plots, diagrams, widgets, magics, serving, exercises
     claims    the ledger: registry, rules, evidence, run cache, one module per notebook's claims

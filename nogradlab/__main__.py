@@ -141,82 +141,28 @@ def _main(argv=None, loading: "_Loading | None" = None) -> int:
     command = "python -m nogradlab " + " ".join(shlex.quote(a) for a in argv)
     if args.cmd == "estimate":
         return _estimate(args, command, loading)
-    from nogradlab.core import device as _device
-    from nogradlab.run import outdir, report, runner
-    from nogradlab.core import workloads
+    # loaded here, while a Ctrl-C waits for them (_Loading); the steps below import them again, at no cost
+    from nogradlab.core import settings  # noqa: F401
+    from nogradlab.run import outdir, report, runner  # noqa: F401
 
     if loading is not None:
         loading.loaded()
 
-    # bad input fails here, before any work, naming what is allowed
-    try:
-        dev = _device.resolve(args.device)
-        workloads.resolve_scale(args.scale, dev)
-        ids = runner.parse_ids(args.ids) if args.cmd == "claims" else None
-        if args.cmd == "claims":
-            _device.check_seed(args.seed, "--seed")
-            from nogradlab import claims as _claims
-
-            _claims.ledger_path()
-        if args.cmd == "run":
-            runner.discover(runner.notebooks_dir(args.notebooks))
-        elif args.json:
-            outdir.check_file_target(args.json)
-            if not args.force:  # claims --ids over a complete document: refused before any check
-                outdir.check_not_partial_over_complete(args.json, ids is not None and set(ids) != set(_claims.ids()),
-                                                       what=f"this run checks {len(ids or ())} of {len(_claims.ids())} claims")
+    try:  # bad input fails here, before any work, naming what is allowed
+        settings, ids = _checked(args)
     except (ValueError, RuntimeError, TypeError, FileNotFoundError, outdir.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     refs = []
     if args.cmd == "claims" and not args.no_results:
-        # the reference columns are judged before any check: one that today's judges cannot read shows
-        # "needs re-measuring" (or is skipped with a warning), never crashes the command after its checks
-        try:
-            refs = runner.references(args.results or runner.default_dir("results"), explicit=bool(args.results))
-        except Exception as e:  # noqa: BLE001 - strict mode only (runner.references): a bug, found before any work
-            print(f"error: judging the reference runs failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})",
-                  file=sys.stderr)
+        refs = _references(args)
+        if refs is None:
             return 1
     color = report.color_default(sys.stdout)
     try:
         if args.cmd == "run":
-            outcome = runner.run(dev, args.scale, args.out, args.notebooks, args.results,
-                                 progress=_progress(args), command=command)
-            print(report.terminal_table(outcome.doc, outcome.refs, color=color))
-            meta = outcome.doc["meta"]
-            if outcome.ok:
-                print(f"report: {(outcome.path / 'report.html').resolve()}")
-                return 0
-            skipped = [n["name"] for n in meta["notebooks"] if n["status"] == "not run"]
-            why = [outcome.reason or "incomplete"] + \
-                  ([f"{len(skipped)} notebook(s) not run"] if skipped else [])
-            print("FAILED: " + "; ".join(why) + ".", file=sys.stderr)
-            if (outcome.path / "report.html").exists():
-                print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
-            else:
-                print(f"failed build (incomplete): {outcome.path.resolve()}", file=sys.stderr)
-            if (Path(args.out) / "report.html").exists():
-                print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)
-            return 130 if meta.get("interrupted") else 1
-        doc = runner.check_claims(ids, dev, args.scale, args.seed, progress=_progress(args),
-                                  command=command)
-        print(report.terminal_table(doc, refs, color=color))
-        if args.json:
-            try:
-                outdir.check_file_target(args.json)  # again: the file may have changed during the checks
-                if not args.force:
-                    outdir.check_not_partial_over_complete(args.json, not doc["meta"]["complete"],
-                                                           what="this run's document is partial (a check failed)")
-                report.validate(doc)
-                outdir.write_text_atomic(Path(args.json).absolute(), report.dumps(doc))
-            except (OSError, outdir.OutputError) as e:
-                print(f"error: could not write {args.json}: {e}", file=sys.stderr)
-                return 1
-            print(f"claims.json: {Path(args.json).resolve()}")
-        # 0 when every claim asked for got a verdict (complete means every claim: --ids never is)
-        ok = not doc["meta"].get("interrupted") and all(c["verdict"] is not None for c in doc["claims"])
-        return 0 if ok else 1
+            return _run(args, settings, command, color)
+        return _claims_command(args, settings, ids, refs, command, color)
     except outdir.OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -231,6 +177,93 @@ def _main(argv=None, loading: "_Loading | None" = None) -> int:
         # strict mode only (runner.references): run judges the references before its first notebook
         print(f"error: judging the reference runs failed ({' '.join(str(e).split())[:300]})", file=sys.stderr)
         return 1
+
+
+def _checked(args) -> tuple:
+    """``run``'s and ``claims``' arguments checked before any work: ``(settings, ids)``, the settings
+    (device, scale, seed) resolved here once for the whole command (:func:`nogradlab.core.settings.resolve`)
+    and the claim ids asked for (None: all). A bad one raises, naming what is allowed."""
+    from nogradlab.core import settings as _settings
+    from nogradlab.run import outdir, runner
+
+    ids = None
+    if args.cmd == "claims":
+        settings = _settings.resolve(args.device, args.scale, args.seed, seed_name="--seed")
+        ids = runner.parse_ids(args.ids)
+        from nogradlab import claims as _claims
+
+        _claims.ledger_path()
+    else:
+        settings = _settings.resolve(args.device, args.scale)
+    if args.cmd == "run":
+        runner.discover(runner.notebooks_dir(args.notebooks))
+    elif args.json:
+        outdir.check_file_target(args.json)
+        if not args.force:  # claims --ids over a complete document: refused before any check
+            outdir.check_not_partial_over_complete(args.json, ids is not None and set(ids) != set(_claims.ids()),
+                                                   what=f"this run checks {len(ids or ())} of {len(_claims.ids())} claims")
+    return settings, ids
+
+
+def _references(args) -> "list | None":
+    """``claims``' reference columns, judged before any check: one that today's judges cannot read shows
+    "needs re-measuring" (or is skipped with a warning), never crashes the command after its checks.
+    None (the error printed) when judging them failed in strict mode (``runner.references``)."""
+    from nogradlab.run import runner
+
+    try:
+        return runner.references(args.results or runner.default_dir("results"), explicit=bool(args.results))
+    except Exception as e:  # noqa: BLE001 - strict mode only (runner.references): a bug, found before any work
+        print(f"error: judging the reference runs failed ({type(e).__name__}: {' '.join(str(e).split())[:300]})",
+              file=sys.stderr)
+        return None
+
+
+def _run(args, settings, command: str, color: bool) -> int:
+    """``run``: every notebook executed and the report written; its table printed and where the report is."""
+    from nogradlab.run import report, runner
+
+    outcome = runner.run(out=args.out, notebooks=args.notebooks, results=args.results,
+                         progress=_progress(args), command=command, settings=settings)
+    print(report.terminal_table(outcome.doc, outcome.refs, color=color))
+    meta = outcome.doc["meta"]
+    if outcome.ok:
+        print(f"report: {(outcome.path / 'report.html').resolve()}")
+        return 0
+    skipped = [n["name"] for n in meta["notebooks"] if n["status"] == "not run"]
+    why = [outcome.reason or "incomplete"] + \
+          ([f"{len(skipped)} notebook(s) not run"] if skipped else [])
+    print("FAILED: " + "; ".join(why) + ".", file=sys.stderr)
+    if (outcome.path / "report.html").exists():
+        print(f"failed build: {(outcome.path / 'report.html').resolve()}", file=sys.stderr)
+    else:
+        print(f"failed build (incomplete): {outcome.path.resolve()}", file=sys.stderr)
+    if (Path(args.out) / "report.html").exists():
+        print(f"the earlier report in {args.out}/ was left as it was", file=sys.stderr)
+    return 130 if meta.get("interrupted") else 1
+
+
+def _claims_command(args, settings, ids, refs, command: str, color: bool) -> int:
+    """``claims``: the checks run with ``settings``, the verdict table printed, and ``--json`` written."""
+    from nogradlab.run import outdir, report, runner
+
+    doc = runner.check_claims(ids, progress=_progress(args), command=command, settings=settings)
+    print(report.terminal_table(doc, refs, color=color))
+    if args.json:
+        try:
+            outdir.check_file_target(args.json)  # again: the file may have changed during the checks
+            if not args.force:
+                outdir.check_not_partial_over_complete(args.json, not doc["meta"]["complete"],
+                                                       what="this run's document is partial (a check failed)")
+            report.validate(doc)
+            outdir.write_text_atomic(Path(args.json).absolute(), report.dumps(doc))
+        except (OSError, outdir.OutputError) as e:
+            print(f"error: could not write {args.json}: {e}", file=sys.stderr)
+            return 1
+        print(f"claims.json: {Path(args.json).resolve()}")
+    # 0 when every claim asked for got a verdict (complete means every claim: --ids never is)
+    ok = not doc["meta"].get("interrupted") and all(c["verdict"] is not None for c in doc["claims"])
+    return 0 if ok else 1
 
 
 def _estimate(args, command: str, loading: "_Loading | None" = None) -> int:

@@ -62,10 +62,18 @@ NAV = ('<p class="book-nav"><a href="../index.html">\u2190 The report</a> \u00b7
        '<a href="../contents.html">All lessons</a></p>')
 
 
+def nav(stem: str) -> str:
+    """A lesson's line back to the report and the contents, with a link to download its notebook: the run's
+    executed ``<stem>.ipynb``, which the book keeps beside the lesson's page (:func:`assemble`)."""
+    return NAV.replace("</p>", f' \u00b7 <a class="book-download" href="{stem}.ipynb" download>'
+                               f'Download this notebook (.ipynb)</a></p>')
+
+
 def _notebook(src: Path, dst: Path) -> None:
     """A run's executed notebook as the book shows it: plumbing cells removed (Jupyter Book's
     ``remove-cell`` tag, which myst-nb honours), so that a lesson opens on its goals; a line back to
-    the report and the contents under its title and at its end; links made local."""
+    the report and the contents, with a link to download the notebook, under its title and at its end;
+    links made local."""
     nb = json.loads(src.read_text())
     first_title = True
     for cell in nb.get("cells", []):
@@ -74,14 +82,14 @@ def _notebook(src: Path, dst: Path) -> None:
             text = _local_markdown(text)
             if first_title and text.startswith("# "):
                 title, _, rest = text.partition("\n")
-                text = f"{title}\n\n{NAV}\n\n{rest}"
+                text = f"{title}\n\n{nav(src.stem)}\n\n{rest}"
                 first_title = False
             cell["source"] = text
         elif plumbing(cell):
             tags = cell.setdefault("metadata", {}).setdefault("tags", [])
             if "remove-cell" not in tags:
                 tags.append("remove-cell")
-    nb.setdefault("cells", []).append({"cell_type": "markdown", "id": "book-nav-back", "metadata": {}, "source": NAV})
+    nb.setdefault("cells", []).append({"cell_type": "markdown", "id": "book-nav-back", "metadata": {}, "source": nav(src.stem)})
     dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
 
 
@@ -106,12 +114,14 @@ def _run_files(run: Path):
 
 
 def assemble(run: Path, src: Path) -> Path:
-    """The book's sources in the new folder ``src``: conf.py and contents.md from book/, the executed
-    notebooks (badges made plain links) and, as extra files, the .ipynb and the report."""
+    """The book's sources in the new folder ``src``: conf.py, contents.md and _static/ (its CSS) from book/, the
+    executed notebooks (badges made plain links) and, as extra files, the .ipynb (each lesson's download, and
+    the report's link) and the report."""
     report, notebooks = _run_files(run)
     (src / "notebooks").mkdir(parents=True)
     (src / "_extra" / "notebooks").mkdir(parents=True)
     shutil.copy2(BOOK / "conf.py", src / "conf.py")
+    shutil.copytree(BOOK / "_static", src / "_static")
     toc = "\n".join(f"notebooks/{p.stem}" for p in notebooks)
     (src / "contents.md").write_text((BOOK / "contents.md").read_text().replace("NOTEBOOKS", toc))
     notes = ROOT / "benchmarks" / "README.md"  # the measurement notes, a page of the book too

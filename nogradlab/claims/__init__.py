@@ -51,8 +51,9 @@ from nogradlab.core import device as _device
 from nogradlab.core import format as _format  # noqa: F401
 from nogradlab.core import memory as _memory
 from nogradlab.core import pipeline as _pipeline
-from nogradlab.core import workloads as _workloads
+from nogradlab.core import settings as _settings
 from nogradlab.core.session import frozen_gc
+from nogradlab.core.settings import Settings
 from nogradlab.claims import evidence as _evidence_module  # noqa: F401
 from nogradlab.claims import rules as _rules_module  # noqa: F401
 from nogradlab.claims import runcache as _runcache
@@ -97,16 +98,19 @@ _ledger.use_loader(_import_checks)
 __getattr__, __dir__ = _ledger._LOAD.face_names(__name__)  # _LOADED: the room's flag
 
 
-def check(claim_id: str, device="auto", scale="auto", seed: int = 0, **params) -> Result:
+def check(claim_id: str, device="auto", scale="auto", seed: int = 0, *, settings: "Settings | None" = None,
+          **params) -> Result:
     """Run one claim's check now, judge it by its rule, and return the result (also appended to the
     run's ledger when a run is collecting them). ``params`` are the check's knobs
     (:data:`nogradlab.claims.params.KNOBS`), checked before any work: an unknown key or a bad value
-    raises ValueError naming the allowed ones."""
+    raises ValueError naming the allowed ones.
+
+    ``device``, ``scale`` and ``seed`` are resolved once, here (:func:`nogradlab.core.settings.given`);
+    a caller that has resolved them already passes its ``settings`` instead and leaves them out."""
     claim = get(claim_id)
     knobs = Params.of(params)  # an unknown key or a bad value fails here, naming the allowed ones
-    dev = _device.resolve(device)
-    scale = _workloads.resolve_scale(scale, dev)
-    seed = _device.check_seed(seed)
+    settings = _settings.given(settings, device, scale, seed)
+    dev, scale, seed = settings.device, settings.scale, settings.seed
     _pipeline.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, before the check runs
     if claim.measure is None:
         raise NotImplementedError(f"claim {claim_id} has no check registered")
@@ -164,14 +168,15 @@ def check_all(claim_ids=None, device="auto", scale="auto", seed: int = 0, progre
     chosen = list(claim_ids) if claim_ids is not None else ids()
     for c in chosen:
         get(c)
-    _device.resolve(device)
+    settings = _settings.of(device, scale, seed)  # once for every check
     new_run()
     it = chosen
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(chosen, desc="claims", unit="claim")
-    return [check(c, device=device, scale=scale, seed=seed) for c in it]
+    return [check(c, settings=settings) for c in it]
+
 
 
 def results_table(results):

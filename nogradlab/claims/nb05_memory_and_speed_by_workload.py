@@ -528,24 +528,8 @@ def c20(ctx):
         case = "no_grad (fast path off)" if "no_grad (fast path off)" in c.settings else "no_grad"
         speed = c.triple(case, "gain")
         speed_fast = c.triple("no_grad", "gain")
-        train, train_row = None, (None, None, None)
-        if ctx.params.get("train_step_timing", not _quick(ctx)):
-            train = _train_step_timing(ctx, name, b)
-            tr_ratio, (tr_lo, tr_hi) = timing.bootstrap_ratio(train.times, c.comparison.timings["no_grad"].times,
-                                                              seed=ctx.seed)
-            train_row = (tr_ratio - 1, tr_lo - 1, tr_hi - 1)
-
-        factor, batches = None, {}
-        if do_batch:
-            with frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
-                for mode in ("train", "eval+no_grad"):
-                    # the search C04 makes for the same workload under 16 GiB (shared in one run)
-                    r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale=at,
-                                             method="estimate", max_batch=2 ** 22)
-                    batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
-                                     "notes": r.notes, "capped": bool(getattr(r, "capped", False))}
-            if batches["train"]["batch"] > 0:
-                factor = batches["eval+no_grad"]["batch"] / batches["train"]["batch"]
+        train, train_row = _c20_train_step(ctx, name, b, c)
+        factor, batches = _c20_batch_factor(name, at) if do_batch else (None, {})
         row = {"workload": name, "article_label": art["label"],
                "memory_saved": mem, "memory_band": art["memory"],
                "speed_gain": speed[0], "speed_gain_ci": list(speed[1:]), "speed_band": art["speed"],
@@ -569,22 +553,57 @@ def c20(ctx):
                                                       for r in rows]).strip(),
             "train_step_note": "" if any(r["training_step_vs_no_grad_forward"] is not None for r in rows)
             else _TRAIN_QUICK_NOTE,
-            "definitions": {
-                "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
-                                "forward, loss, backward, SGD step), weights included; "
-                                "memory.estimate at full size and default batch, virtual CUDA",
-                "speed_gain": "throughput gain t(eval+grad forward)/t(eval+no_grad forward) - 1, the shared "
-                              "forward timing, 95 % paired signed-rank CI",
-                "training_step_vs_no_grad_forward": "t(training step)/t(eval+no_grad forward) - 1, the "
-                              "training step measured on its own, unpaired bootstrap CI; shown, not counted",
-                "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
-                                             "forward), same estimate; the training step also holds "
-                                             "gradients (parameter_bytes)",
-                "batch_factor": "largest batch eval+no_grad / largest batch training step under "
-                                "16 GiB (batch.largest_batch, estimate, virtual CUDA, full size)"},
-            "notes": ["the article's 'recurrent CNN (U-Net-style)' row is a U-Net: a convolutional "
-                      "encoder-decoder with skips, nothing recurrent",
-                      "each estimate's notes (estimate_notes) say what it modelled on the virtual CUDA device"]}
+            "definitions": dict(_C20_DEFINITIONS), "notes": list(_C20_NOTES)}
+
+
+def _c20_train_step(ctx, name: str, batch: int, c) -> tuple:
+    """C20's separate training-step row: ``(timing, (ratio - 1, low - 1, high - 1))`` of a training step
+    against condition ``c``'s no_grad forward (unpaired bootstrap), or ``(None, (None, None, None))`` when
+    the check does not time it (``train_step_timing``; off on a quick run)."""
+    if not ctx.params.get("train_step_timing", not _quick(ctx)):
+        return None, (None, None, None)
+    train = _train_step_timing(ctx, name, batch)
+    tr_ratio, (tr_lo, tr_hi) = timing.bootstrap_ratio(train.times, c.comparison.timings["no_grad"].times,
+                                                      seed=ctx.seed)
+    return train, (tr_ratio - 1, tr_lo - 1, tr_hi - 1)
+
+
+def _c20_batch_factor(name: str, at: str) -> tuple:
+    """C20's batch factor: ``(largest eval+no_grad batch / largest training batch, the two searches)``
+    under 16 GiB, estimated on a virtual CUDA device (None when the training batch is 0)."""
+    batches = {}
+    with frozen_gc():  # CUDA estimates model the fused paths: no fast path off here
+        for mode in ("train", "eval+no_grad"):
+            # the search C04 makes for the same workload under 16 GiB (shared in one run)
+            r = shared_largest_batch(name, mode, ARTICLE_GPU_BYTES, "cuda", scale=at,
+                                     method="estimate", max_batch=2 ** 22)
+            batches[mode] = {"batch": r.batch, "trials": len(r.trials), "seconds": r.seconds,
+                             "notes": r.notes, "capped": bool(getattr(r, "capped", False))}
+    factor = None
+    if batches["train"]["batch"] > 0:
+        factor = batches["eval+no_grad"]["batch"] / batches["train"]["batch"]
+    return factor, batches
+
+
+#: what each of C20's stored quantities is (its measurements' ``definitions``)
+_C20_DEFINITIONS = {
+    "memory_saved": "1 - total_peak(eval+no_grad forward) / total_peak(training step: "
+                    "forward, loss, backward, SGD step), weights included; "
+                    "memory.estimate at full size and default batch, virtual CUDA",
+    "speed_gain": "throughput gain t(eval+grad forward)/t(eval+no_grad forward) - 1, the shared "
+                  "forward timing, 95 % paired signed-rank CI",
+    "training_step_vs_no_grad_forward": "t(training step)/t(eval+no_grad forward) - 1, the "
+                  "training step measured on its own, unpaired bootstrap CI; shown, not counted",
+    "memory_saved_forward_only": "1 - total_peak(eval+no_grad forward) / total_peak(eval+grad "
+                                 "forward), same estimate; the training step also holds "
+                                 "gradients (parameter_bytes)",
+    "batch_factor": "largest batch eval+no_grad / largest batch training step under "
+                    "16 GiB (batch.largest_batch, estimate, virtual CUDA, full size)"}
+
+#: notes every C20 measurement carries
+_C20_NOTES = ("the article's 'recurrent CNN (U-Net-style)' row is a U-Net: a convolutional "
+              "encoder-decoder with skips, nothing recurrent",
+              "each estimate's notes (estimate_notes) say what it modelled on the virtual CUDA device")
 
 
 def _c20_speed(row, fused: bool) -> tuple:
@@ -663,31 +682,51 @@ def judge_c20(m, rule, ref=None):
     without, cells = _c20_read(_c20_cells(rows, speed_rows, False, err, column))
     with_, cells_on = _c20_read(_c20_cells(rows, speed_rows, True, err, column))
     verdict = without if with_ == without else "depends"
+    desc = _c20_description(rows, cells, speed_rows)
+    n_ok = sum(c["reading"] == "agrees" for c in cells)
+    where = _c20_speed_source(m, ref, cells, speed_rows)
+    lead = _c20_disagreements(rows, cells)
+    n_open = sum(c["reading"] == "unresolved" for c in cells)
+    if lead and n_open:
+        lead += f"; {n_open} cell{'s' if n_open > 1 else ''} unresolved"
+    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
+               + f"{n_ok} of {len(cells)} cells lie in the article's band (memory and batch factor: full-size "
+               f"estimates on a virtual 16 GiB CUDA device; {where}): {desc}.")
+    summary += _c20_notes(m, rows, speed_rows, with_, without)
+    return Judgement(verdict, summary, f"{n_ok} of {len(cells)} cells of the article's table are reproduced.", cells)
 
+
+def _c20_cell_text(cells, speed_rows, name: str) -> str:
+    """One cell of C20's table in words: its value with its interval and its reading, or why it has none."""
+    c = next((c for c in cells if c["condition"].startswith(name)), None)
+    if c is None:
+        return "n/a"
+    if "no GPU timing" in c["condition"]:
+        return "needs a GPU timing"
+    if "without an interval" in c["condition"]:
+        sr = next((x for x in speed_rows or [] if x.get("workload") == name.split(" ")[0]), {})
+        fwd = sr.get("speed_gain_forward_only")
+        if fwd is None:
+            return "no forward gain stored: unresolved, not counted"
+        # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label
+        return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
+                f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']})")
+    unit_x = c["band"]["unit"] == "x"
+    val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
+           _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
+    return f"{val} ({c['reading']})"
+
+
+def _c20_description(rows, cells, speed_rows) -> str:
+    """Each workload's row of C20's table in words: memory, speed and batch factor against the article's bands."""
     def cell(name):
-        c = next((c for c in cells if c["condition"].startswith(name)), None)
-        if c is None:
-            return "n/a"
-        if "no GPU timing" in c["condition"]:
-            return "needs a GPU timing"
-        if "without an interval" in c["condition"]:
-            sr = next((x for x in speed_rows or [] if x.get("workload") == name.split(" ")[0]), {})
-            fwd = sr.get("speed_gain_forward_only")
-            if fwd is None:
-                return "no forward gain stored: unresolved, not counted"
-            # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label
-            return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
-                    f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']})")
-        unit_x = c["band"]["unit"] == "x"
-        val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
-               _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
-        return f"{val} ({c['reading']})"
+        return _c20_cell_text(cells, speed_rows, name)
 
     def fwd_mem(r):
         x = r.get("memory_saved_forward_only")
         return "" if x is None else f", forward against forward: {_format.percent(x, 0)}"
 
-    desc = "; ".join(
+    return "; ".join(
         f"{r['workload']}: memory against a training step {cell(r['workload'] + ' memory')} "
         f"(article {_fmt_band(r['memory_band'], 'pct')}{fwd_mem(r)}), "
         f"speed {cell(r['workload'] + ' speed')} (article +{_fmt_band(r['speed_band'], 'pct')}), batch "
@@ -696,18 +735,41 @@ def judge_c20(m, rule, ref=None):
            else "n/a" if r.get("batch_factor") is None else
            f">= {_format.ratio(r['batch_factor'])} or so (search limit: a capped search is a bound, not an answer)")
         + f" (article {_fmt_band(r['batch_band'], 'x')})" for r in rows)
-    n_ok = sum(c["reading"] == "agrees" for c in cells)
+
+
+def _c20_speed_source(m, ref, cells, speed_rows) -> str:
+    """Where C20's speed cells come from: this GPU, the reference GPU column (an older protocol's gains
+    stored without an interval named with how they are read), or nowhere yet."""
     older = [c for c in cells if "without an interval" in c["condition"]]
     timer = "this column" if m.on_gpu else f"the reference GPU column ({ref.label})" if ref is not None else ""
     gains = ", ".join(f"{r['workload']}" + (f"@{r['speed_batch']}" if r.get("speed_batch") else "")
                       + f" {r['speed_gain_forward_only']:+.0%}" for r in (speed_rows or [])
                       if r.get("speed_gain_forward_only") is not None)
-    where = (f"speed: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
-             f"interval ({gains}), each read with the spread the column measured for that timing, at least 2 "
-             "points of time saved, as every interval-less timing is"
-             if older else
-             "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
-             else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
+    return (f"speed: {timer} (an older protocol) stored this claim's forward-vs-forward gain without an "
+            f"interval ({gains}), each read with the spread the column measured for that timing, at least 2 "
+            "points of time saved, as every interval-less timing is"
+            if older else
+            "speed on this GPU" if m.on_gpu else f"speed on the reference GPU ({ref.label})" if ref is not None
+            else "speed needs a GPU timing (no reference GPU column usable by today's rule)")
+
+
+#: C20's disagreeing cells in words, by kind and side. The memory and batch cells compare eval+no_grad
+#: inference with a training step (gradients and optimizer state included), the speed cells a forward
+#: with a forward: each kind says so in its own words
+_C20_DISAGREES = {
+    ("memory", "above"): "against a training step, eval+no_grad inference saves more memory than the "
+                         "article's table says",
+    ("memory", "below"): "against a training step, eval+no_grad inference saves less memory than the "
+                         "article's table says",
+    ("batch", "above"): "fits a larger batch than a training step by more than it says",
+    ("batch", "below"): "fits a larger batch than a training step by less than it says",
+    ("speed", "above"): "no_grad's forward gains more speed over a forward with grad than it says",
+    ("speed", "below"): "no_grad's forward gains less speed over a forward with grad than it says"}
+
+
+def _c20_disagreements(rows, cells) -> str:
+    """C20's summary's lead: the cells outside the article's band, by kind (memory, batch, speed) and side;
+    a memory cell adds what no_grad alone removes where its row measured that. '' when none disagrees."""
     def val(c):
         return _format.ratio(c["value"]) if c["band"]["unit"] == "x" else _format.percent(c["value"], 0)
 
@@ -716,36 +778,27 @@ def judge_c20(m, rule, ref=None):
     def kind(c):
         return c["condition"].split(" ")[1] if " " in c["condition"] else ""
 
-    # the memory and batch cells compare eval+no_grad inference with a training step (gradients and optimizer
-    # state included), the speed cells a forward with a forward: each kind says so in its own words
-    words = {("memory", "above"): "against a training step, eval+no_grad inference saves more memory than the "
-                                  "article's table says",
-             ("memory", "below"): "against a training step, eval+no_grad inference saves less memory than the "
-                                  "article's table says",
-             ("batch", "above"): "fits a larger batch than a training step by more than it says",
-             ("batch", "below"): "fits a larger batch than a training step by less than it says",
-             ("speed", "above"): "no_grad's forward gains more speed over a forward with grad than it says",
-             ("speed", "below"): "no_grad's forward gains less speed over a forward with grad than it says"}
     parts = []
     for k in ("memory", "batch", "speed"):
         for side in ("above", "below"):
             cs = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == side and kind(c) == k]
             if not cs:
                 continue
-            part = f"{words[(k, side)]} for {', '.join(c['condition'] for c in cs)} ({', '.join(val(c) for c in cs)})"
+            part = (f"{_C20_DISAGREES[(k, side)]} for {', '.join(c['condition'] for c in cs)} "
+                    f"({', '.join(val(c) for c in cs)})")
             if k == "memory":
                 fo = [fwd_only.get(c["condition"].split(" ")[0]) for c in cs]
                 if all(x is not None for x in fo):
                     part += ("; of that, what no_grad alone removes (its forward against a forward with grad): "
                              + ", ".join(_format.percent(x, 0) for x in fo))
             parts.append(part)
-    lead = "; ".join(parts)
-    n_open = sum(c["reading"] == "unresolved" for c in cells)
-    if lead and n_open:
-        lead += f"; {n_open} cell{'s' if n_open > 1 else ''} unresolved"
-    summary = ((f"{lead[0].upper()}{lead[1:]}. " if lead else "")
-               + f"{n_ok} of {len(cells)} cells lie in the article's band (memory and batch factor: full-size "
-               f"estimates on a virtual 16 GiB CUDA device; {where}): {desc}.")
+    return "; ".join(parts)
+
+
+def _c20_notes(m, rows, speed_rows, with_, without) -> str:
+    """What follows C20's table in its summary, none of it counted: a fused fast path left out, a verdict
+    that depends on it, this machine's own speed, the training-step row, a provisional column's note."""
+    summary = ""
     fast = [r for r in (speed_rows or []) if r.get("speed_case", "no_grad") != "no_grad"
             and r.get("speed_gain_with_fast_path") is not None]
     summary += "".join(f" {r['workload']}'s speed above excludes its fused fast path (with it: "
@@ -755,26 +808,33 @@ def judge_c20(m, rule, ref=None):
     if not m.on_gpu:
         local = "; ".join(f"{r['workload']} {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])}" for r in rows)
         summary += f" On your machine ({m.label}), not counted: speed {local}."
-    timed_train = [r for r in rows if r.get("training_step_vs_no_grad_forward") is not None]
-    if timed_train:
-        summary += (" Separate row, not counted: a training step vs a no_grad forward takes "
-                    + ", ".join(f"{r['workload']} {_signed_ci(r['training_step_vs_no_grad_forward'], *r['training_step_vs_no_grad_forward_ci'])}"
-                                for r in timed_train)
-                    + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
-    elif m.get("train_step_note"):
-        summary += f" Separate row, not counted: a training step vs a no_grad forward, {m['train_step_note']}."
-    else:  # an older protocol timed the training step against the no_grad forward as its speed cells
-        old_train = [r for r in (speed_rows or []) if "speed_case" not in r and r.get("speed_gain") is not None
-                     and len(r.get("speed_gain_ci") or ()) == 2]
-        if old_train:
-            summary += (" Separate row, not counted: a training step vs a no_grad forward (the older protocol's "
-                        "speed timing) takes "
-                        + ", ".join(f"{r['workload']} {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])}"
-                                    for r in old_train)
-                        + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
+    summary += _c20_training_step_note(m, rows, speed_rows)
     if m.get("provisional") and m.on_gpu:
         summary += " " + m["provisional"]
-    return Judgement(verdict, summary, f"{n_ok} of {len(cells)} cells of the article's table are reproduced.", cells)
+    return summary
+
+
+def _c20_training_step_note(m, rows, speed_rows) -> str:
+    """The separate, uncounted row: a training step against a no_grad forward (timed, noted, or an older
+    protocol's speed timing), which is not a no_grad effect."""
+    timed_train = [r for r in rows if r.get("training_step_vs_no_grad_forward") is not None]
+    if timed_train:
+        return (" Separate row, not counted: a training step vs a no_grad forward takes "
+                + ", ".join(f"{r['workload']} {_signed_ci(r['training_step_vs_no_grad_forward'], *r['training_step_vs_no_grad_forward_ci'])}"
+                            for r in timed_train)
+                + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
+    if m.get("train_step_note"):
+        return f" Separate row, not counted: a training step vs a no_grad forward, {m['train_step_note']}."
+    # an older protocol timed the training step against the no_grad forward as its speed cells
+    old_train = [r for r in (speed_rows or []) if "speed_case" not in r and r.get("speed_gain") is not None
+                 and len(r.get("speed_gain_ci") or ()) == 2]
+    if old_train:
+        return (" Separate row, not counted: a training step vs a no_grad forward (the older protocol's "
+                "speed timing) takes "
+                + ", ".join(f"{r['workload']} {_signed_ci(r['speed_gain'], *r['speed_gain_ci'])}"
+                            for r in old_train)
+                + " longer (not a no_grad effect: backward and the optimizer step are extra work).")
+    return ""
 
 
 # --------------------------------------------------------------------------------------------

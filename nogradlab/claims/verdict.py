@@ -352,68 +352,87 @@ def _final(claim: Claim, m: Measurements) -> tuple:
     ref = reference_entry(claim.id)
     rejected = [c for c in candidates if c[3]] if ref is None else []
     if claim.basis == "mixed":  # the judge reads this run's estimates and the reference GPU's timings
-        # a column that contradicts itself on a workload's timing is still read for the workloads the conflict
-        # does not touch: its conditions of the workloads in doubt are read unresolved (_conflicted)
-        used = ref if ref is not None else rejected[0][:3] if rejected else None
-        rm = _entry_measurements(used[2], used[1], _COLUMN_READINGS.get(used[0])) if used else None
-        jm = _judge_or_needs(claim, m, rm)
-        if jm.verdict == "needs re-measuring":
-            return jm, _scope(claim, m, j), None
-        conflicts = rejected[0][3] if ref is None and rejected else []
-        # every speed condition left unresolved because the column stored its gains without an interval
-        # (an older protocol): the column is shown, it decides no speed cell
-        speed_rows = [c for c in (jm.conditions or []) if " speed" in str(c.get("condition", ""))]
-        pointwise = bool(speed_rows) and all("without an interval" in str(c.get("condition", "")) for c in speed_rows)
-        speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
-                 + ("its gains stored without an interval, each read with the spread the column measured for that "
-                    "timing (at least 2 points of time saved), judged by today's rule" if pointwise else
-                    "judged by today's rule") + (f"; it contradicts itself on what {claim.id} reads, so its timings "
-                                              f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
-                                              f"are read unresolved" if conflicts else "")
-                 if rm is not None else "no reference GPU measurement usable by today's rule")
-        text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
-                f"{estimate_validation(m.protocol)[0]}; "
-                f"speed: {speed}"
-                f"; this machine's own timings ({m.label}) shown, not counted")
-        scope = {"basis": "estimated + reference", "text": text, "machine": used[0] if used else None}
-        if conflicts:
-            scope["conflicts"] = conflicts
-            jm = _conflicted(claim, f"The reference GPU column ({rm.label}, {used[0]})", conflicts, None, jm, m)
-            if jm.verdict == "needs re-measuring":
-                return jm, scope, None
-        if used is not None:
-            scope = _aged(scope, used[1])
-            stale = _stale_words(used[1])
-            if stale:
-                jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
-                               jm.scope)
-        return jm, scope, None
+        return _final_mixed(claim, m, j, ref, rejected)
     local = {"verdict": j.verdict, "summary": j.summary, "reading": j.reading, "where": m.label}
     if ref is None and rejected:
-        machine, meta, e, conflicts = rejected[0]
-        rm = _entry_measurements(e, meta)
-        own = _judge_or_needs(claim, rm)
-        jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, None, own, rm)
-        decided = jr.verdict != "needs re-measuring"
-        stale = _stale_words(meta)
-        head = "On the reference GPU: " if decided else ""
-        jr = Judgement(jr.verdict, f"{head}{jr.summary}" + (f" {stale}" if stale else "")
-                       + f" On your machine: {j.summary}",
-                       (f"On the reference GPU: {jr.reading}" if jr.reading else "") if decided else j.reading,
-                       jr.conditions)
-        scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
-                       "text": (f"measured on a reference machine: {rm.label} ({machine}, {column_age(meta)['label']}), "
-                                f"judged by today's rule; it contradicts itself on what {claim.id} reads, which "
-                                f"cannot change this verdict" if decided else
-                                f"not decided: the reference machine's column ({rm.label}, {machine}, "
-                                f"{column_age(meta)['label']}) contradicts itself on what {claim.id} reads")}, meta)
-        return jr, scope, local
+        return _final_conflicted(claim, j, rejected[0], local)
     if ref is None:
         jr = Judgement("needs re-measuring",
                        f"{claim.id} is judged on a GPU (its rule says why), and no reference GPU measurement in results/ "
                        f"has what today's rule needs: a GPU run would decide it. On your machine: "
                        f"{j.summary}", j.reading)
         return jr, {"basis": "reference", "text": "no reference GPU measurement usable by today's rule"}, local
+    return _final_reference(claim, j, ref, local)
+
+
+def _final_mixed(claim: Claim, m: Measurements, j: Judgement, ref, rejected) -> tuple:
+    """``_final`` for a mixed claim off a GPU: this run's estimates with the reference GPU column's timings
+    (the column ``ref``, else the first ``rejected`` one for the workloads its conflicts do not touch)."""
+    # a column that contradicts itself on a workload's timing is still read for the workloads the conflict
+    # does not touch: its conditions of the workloads in doubt are read unresolved (_conflicted)
+    used = ref if ref is not None else rejected[0][:3] if rejected else None
+    rm = _entry_measurements(used[2], used[1], _COLUMN_READINGS.get(used[0])) if used else None
+    jm = _judge_or_needs(claim, m, rm)
+    if jm.verdict == "needs re-measuring":
+        return jm, _scope(claim, m, j), None
+    conflicts = rejected[0][3] if ref is None and rejected else []
+    # every speed condition left unresolved because the column stored its gains without an interval
+    # (an older protocol): the column is shown, it decides no speed cell
+    speed_rows = [c for c in (jm.conditions or []) if " speed" in str(c.get("condition", ""))]
+    pointwise = bool(speed_rows) and all("without an interval" in str(c.get("condition", "")) for c in speed_rows)
+    speed = (f"measured on a reference machine, {rm.label} ({used[0]}, {column_age(used[1])['label']}), "
+             + ("its gains stored without an interval, each read with the spread the column measured for that "
+                "timing (at least 2 points of time saved), judged by today's rule" if pointwise else
+                "judged by today's rule") + (f"; it contradicts itself on what {claim.id} reads, so its timings "
+                                          f"of {', '.join(sorted({c['workload'] for c in conflicts if c.get('workload')}))} "
+                                          f"are read unresolved" if conflicts else "")
+             if rm is not None else "no reference GPU measurement usable by today's rule")
+    text = (f"memory and batch: estimated for a GPU at {claim.estimates_at} size by "
+            f"{estimate_validation(m.protocol)[0]}; "
+            f"speed: {speed}"
+            f"; this machine's own timings ({m.label}) shown, not counted")
+    scope = {"basis": "estimated + reference", "text": text, "machine": used[0] if used else None}
+    if conflicts:
+        scope["conflicts"] = conflicts
+        jm = _conflicted(claim, f"The reference GPU column ({rm.label}, {used[0]})", conflicts, None, jm, m)
+        if jm.verdict == "needs re-measuring":
+            return jm, scope, None
+    if used is not None:
+        scope = _aged(scope, used[1])
+        stale = _stale_words(used[1])
+        if stale:
+            jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
+                           jm.scope)
+    return jm, scope, None
+
+
+def _final_conflicted(claim: Claim, j: Judgement, rejected: tuple, local: dict) -> tuple:
+    """``_final`` for a GPU speed claim whose only reference column contradicts itself on what the claim
+    reads: its verdict where the conflict cannot change it, else "needs re-measuring"; ``j`` (this
+    machine's) shown beside it."""
+    machine, meta, e, conflicts = rejected
+    rm = _entry_measurements(e, meta)
+    own = _judge_or_needs(claim, rm)
+    jr = _conflicted(claim, f"The reference GPU column ({rm.label}, {machine})", conflicts, None, own, rm)
+    decided = jr.verdict != "needs re-measuring"
+    stale = _stale_words(meta)
+    head = "On the reference GPU: " if decided else ""
+    jr = Judgement(jr.verdict, f"{head}{jr.summary}" + (f" {stale}" if stale else "")
+                   + f" On your machine: {j.summary}",
+                   (f"On the reference GPU: {jr.reading}" if jr.reading else "") if decided else j.reading,
+                   jr.conditions)
+    scope = _aged({"basis": "reference", "machine": machine, "conflicts": conflicts,
+                   "text": (f"measured on a reference machine: {rm.label} ({machine}, {column_age(meta)['label']}), "
+                            f"judged by today's rule; it contradicts itself on what {claim.id} reads, which "
+                            f"cannot change this verdict" if decided else
+                            f"not decided: the reference machine's column ({rm.label}, {machine}, "
+                            f"{column_age(meta)['label']}) contradicts itself on what {claim.id} reads")}, meta)
+    return jr, scope, local
+
+
+def _final_reference(claim: Claim, j: Judgement, ref: tuple, local: dict) -> tuple:
+    """``_final`` for a GPU speed claim off a GPU, decided by the reference GPU column ``ref``
+    (machine, meta, entry) judged by today's rule; ``j`` (this machine's) shown beside it."""
     machine, meta, e = ref
     rm = _entry_measurements(e, meta)
     jr = _judge_or_needs(claim, rm)  # a broken reference column reads "needs re-measuring", never crashes

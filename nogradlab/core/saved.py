@@ -93,10 +93,7 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     shapes: dict = {}  # id(attention module) -> saved shapes
     total = [0, 0]
 
-    weights = WeakIdKeyDictionary()  # every parameter and buffer, also of modules whose forward never runs
-    for w in list(model.parameters()) + list(model.buffers()):  # (MultiheadAttention uses out_proj's weight)
-        if _memory._storage(w) is not None:
-            weights[_memory._storage(w)] = True
+    weights = _weight_storages(model)
 
     def pack(t):
         st = _memory._storage(t)
@@ -141,6 +138,26 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     del out
     _memory.release()
     names = mods.names()
+    rows = _layer_rows(mods, names, per)
+    attention = _attention_rows(mods, names, shapes, in_shapes)
+    blocks = _block_rows(model, mods, names, per, in_bytes)
+    return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention, blocks=blocks)
+
+
+def _weight_storages(model: nn.Module):
+    """The storages of every parameter and buffer of ``model``, also of modules whose forward never runs
+    (MultiheadAttention uses out_proj's weight): what autograd saves of them is no activation."""
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    weights = WeakIdKeyDictionary()
+    for w in list(model.parameters()) + list(model.buffers()):
+        if _memory._storage(w) is not None:
+            weights[_memory._storage(w)] = True
+    return weights
+
+
+def _layer_rows(mods, names: dict, per: dict) -> list:
+    """One row per module that ran (and one for what was saved outside any): bytes and tensors it saved first."""
     rows = []
     for i, m in mods.seen.items():
         b, n, largest, _ = per.get(i, (0, 0, (), 0))
@@ -149,6 +166,11 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
     if None in per:  # saved outside any module (the model's own forward code around its layers)
         b, n, largest, _ = per[None]
         rows.append({"layer": "(outside any layer)", "type": "", "saved_bytes": b, "tensors": n, "largest": largest})
+    return rows
+
+
+def _attention_rows(mods, names: dict, shapes: dict, in_shapes: dict) -> list:
+    """The attention layers that saved something themselves: whether an L x L matrix is among it (:func:`_is_lxl`)."""
     attention = []
     for i, m in mods.seen.items():
         if _is_attention(m) and shapes.get(i):  # attention layers that saved something themselves
@@ -156,6 +178,12 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
             attention.append({"layer": names.get(i, type(m).__name__), "type": type(m).__name__,
                               "saves_LxL": any(_is_lxl(x, in_shapes.get(i, set())) for x in s),
                               "shapes": sorted(set(s), key=lambda x: -math.prod(x))[:4]})
+    return attention
+
+
+def _block_rows(model: nn.Module, mods, names: dict, per: dict, in_bytes: dict) -> list:
+    """Each named block (a module with children, not the model): what it and its children saved, its input's
+    bytes and the difference (``frees``), largest first."""
     blocks = []
     for i, m in mods.seen.items():
         kids = [c for c in m.modules() if c is not m]
@@ -166,4 +194,4 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
                        "input_bytes": in_bytes.get(i, 0), "frees": inside - in_bytes.get(i, 0),
                        "has_batchnorm": any(isinstance(c, nn.modules.batchnorm._BatchNorm) for c in kids)})
     blocks.sort(key=lambda b: -b["frees"])
-    return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention, blocks=blocks)
+    return blocks

@@ -1033,6 +1033,56 @@ def _equal_calls(cost: Mapping[str, float], target: float, within: float = EQUAL
     return {name: out[name] for name in cost}
 
 
+def _check_cases(cases, baseline) -> tuple:
+    """``compare``'s cases and baseline checked: ``(names, baseline)``, the baseline the first case's name
+    by default. A ``ValueError`` names what is wrong (not a dict, empty, a name not a string, a case not
+    callable, a baseline not among the cases)."""
+    if not isinstance(cases, Mapping):
+        raise ValueError("cases must be a non-empty dict mapping names to functions, got "
+                         f"{type(cases).__name__}")
+    if len(cases) == 0:
+        raise ValueError("cases must be a non-empty dict mapping names to functions, got {}")
+    names = list(cases)
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(f"case names must be strings, got {name!r}")
+        if not callable(cases[name]):
+            raise ValueError(f"case {name!r} must be callable (a function taking no arguments), "
+                             f"got {type(cases[name]).__name__}")
+    if baseline is None:
+        baseline = names[0]
+    if baseline not in cases:
+        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
+                         f"{', '.join(map(repr, names))}")
+    return names, baseline
+
+
+def _clock_of_cases(cases, dev, threads, clock: str) -> tuple:
+    """``compare``'s clock for these (warmed-up) cases, with a note for each change: ``(clock name, notes)``.
+    A case that waits (asleep, I/O, a lock) is timed by wall time, one that works in other threads by the
+    process's CPU time rather than this thread's: neither CPU-time clock would count what it spends there."""
+    names = list(cases)
+    clock_name, notes = _clock_name(dev, threads, clock), []
+    waiting = [n for n in names if clock_name != "wall" and _waits(cases[n], 1)]
+    if waiting:
+        clock_name = "wall"
+        notes.append(f"timed by wall time: {', '.join(map(repr, waiting))} waits (asleep, on I/O, a lock or "
+                     "another thread) for part of its time, which a CPU-time clock would not count")
+    if clock_name == "thread":
+        elsewhere = [n for n in names if _works_elsewhere(cases[n], 1)]
+        if elsewhere:
+            clock_name = "process"
+            notes.append(f"timed by the process's CPU time: {', '.join(map(repr, elsewhere))} works in "
+                         "other threads too, which this thread's CPU time would not count")
+    return clock_name, notes
+
+
+def _rounds_bar(total: int):
+    """``compare(progress=True)``'s tqdm bar over the rounds (at most ``total``)."""
+    from tqdm.auto import tqdm
+    return tqdm(desc="rounds", total=total)
+
+
 @_device.leaves_rng_alone  # a probe leaves the global RNG as it found it
 def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = None, device=None,
             rounds: int = 20, min_run_time: float = 0.5, warmup: int = 3, seed: "int | None" = 0,
@@ -1073,23 +1123,7 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     fixed comparison (no ``until``) says "rounds" and reads its one look at 95 %. The same protocol
     on CPU and GPU; :func:`run_rounds` is its loop, with the sampling injected.
     """
-    if not isinstance(cases, Mapping):
-        raise ValueError("cases must be a non-empty dict mapping names to functions, got "
-                         f"{type(cases).__name__}")
-    if len(cases) == 0:
-        raise ValueError("cases must be a non-empty dict mapping names to functions, got {}")
-    names = list(cases)
-    for name in names:
-        if not isinstance(name, str):
-            raise ValueError(f"case names must be strings, got {name!r}")
-        if not callable(cases[name]):
-            raise ValueError(f"case {name!r} must be callable (a function taking no arguments), "
-                             f"got {type(cases[name]).__name__}")
-    if baseline is None:
-        baseline = names[0]
-    if baseline not in cases:
-        raise ValueError(f"baseline {baseline!r} is not one of the cases; allowed: "
-                         f"{', '.join(map(repr, names))}")
+    names, baseline = _check_cases(cases, baseline)
     rounds = _check_int("rounds", rounds, 2)
     min_run_time = _check_positive_number("min_run_time", min_run_time)
     warmup = _check_int("warmup", warmup, 0)
@@ -1110,25 +1144,11 @@ def compare(cases: Mapping[str, Callable[[], object]], baseline: "str | None" = 
     with _preserved_state(threads):
         for n in names:
             _warm_up(cases[n], dev, warmup, f"case {n!r}")
-        clock_name, notes = _clock_name(dev, threads, clock), []
-        waiting = [n for n in names if clock_name != "wall" and _waits(cases[n], 1)]
-        if waiting:
-            clock_name = "wall"
-            notes.append(f"timed by wall time: {', '.join(map(repr, waiting))} waits (asleep, on I/O, a lock or "
-                         "another thread) for part of its time, which a CPU-time clock would not count")
-        if clock_name == "thread":
-            elsewhere = [n for n in names if _works_elsewhere(cases[n], 1)]
-            if elsewhere:
-                clock_name = "process"
-                notes.append(f"timed by the process's CPU time: {', '.join(map(repr, elsewhere))} works in "
-                             "other threads too, which this thread's CPU time would not count")
+        clock_name, notes = _clock_of_cases(cases, dev, threads, clock)
         timers = {n: _timer(cases[n], dev, threads, n, clock_name) for n in names}
         number = _calibrate_all(timers, target)
 
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            bar = tqdm(desc="rounds", total=rounds if until is None else max_rounds)
+        bar = _rounds_bar(rounds if until is None else max_rounds) if progress else None
         try:
             def sample(n):
                 t, wall = _sample_both(timers[n], cases[n], number[n], dev)

@@ -17,7 +17,7 @@ import random
 import torch
 
 from nogradlab.core import device as _device
-from nogradlab.core import workloads as _workloads
+from nogradlab.core import settings as _settings
 
 __all__ = ["setup", "hardware_line", "scale_note", "quiet_cpu_only_torch", "check_session", "SWEEP_KINDS"]
 
@@ -82,12 +82,15 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
     on CUDA, ``tiny`` elsewhere), ``tiny``, ``small`` or ``full``; ``seed``: an integer.
     ``sweeps``: what the notebook varies (see ``SWEEP_KINDS``), checked but not changed.
     Raises ``ValueError``/``RuntimeError`` naming the allowed values before any work starts.
+
+    The settings are resolved here once (:func:`nogradlab.core.settings.resolve`) and remembered: the
+    notebook's ``claims.check(..., device=device, scale=scale, seed=seed)`` with the strings returned
+    here reuses them (:func:`nogradlab.core.settings.of`) instead of resolving them again.
     """
-    dev = _device.resolve(device)
-    scale = _workloads.resolve_scale(scale, dev)
-    seed = _device.check_seed(seed)
+    settings = _settings.resolve(device, scale, seed)
     for name, value in sweeps.items():
         _check_sweep(name, value)
+    dev, scale, seed = settings.device, settings.scale, settings.seed
     torch.manual_seed(int(seed))
     random.seed(int(seed))
     _device.limit_threads()  # no more torch threads than CPUs this process may use (containers)
@@ -96,7 +99,7 @@ def setup(device="auto", scale="auto", seed: int = 0, **sweeps) -> tuple:
     note = scale_note(dev, scale)
     if note:
         print(note)
-    return str(dev), scale
+    return _settings.remember(settings)
 
 
 def scale_note(dev, scale: str) -> str:

@@ -34,7 +34,7 @@ from nogradlab import claims as _claims
 from nogradlab.core import device as _device
 from nogradlab.run import outdir as _outdir
 from nogradlab.run import report as _report
-from nogradlab.core import workloads as _workloads
+from nogradlab.core import settings as _settings
 
 __all__ = ["REPO", "discover", "run", "check_claims", "parse_ids", "default_dir", "notebooks_dir", "references",
            "RunOutcome", "is_checkout"]
@@ -300,14 +300,16 @@ def _where_it_died(ipynb: Path) -> dict:
 
 
 def run(device="auto", scale="auto", out="nogradlab-run", notebooks=None, results=None, progress: bool = True,
-        command: str = "") -> RunOutcome:
+        command: str = "", *, settings: "_settings.Settings | None" = None) -> RunOutcome:
     """Execute every notebook, gather the verdicts, write claims.json, the executed notebooks with
     their HTML, and report.html. See the module docstring for where the output lands.
 
-    Raises :class:`~nogradlab.outdir.OutputError` (before any work) for an output folder it may not use.
+    ``device`` and ``scale`` are resolved once, here; a caller that resolved them already (the command
+    line) passes its ``settings`` instead. Raises :class:`~nogradlab.outdir.OutputError` (before any work)
+    for an output folder it may not use.
     """
-    dev = _device.resolve(device)  # bad input fails here, before any work
-    scale = _workloads.resolve_scale(scale, dev)
+    settings = _settings.given(settings, device, scale)  # bad input fails here, before any work
+    dev, scale = settings.device, settings.scale
     nb_dir = notebooks_dir(notebooks)
     nbs = discover(nb_dir)
     results_dir = Path(results) if results else default_dir("results")
@@ -458,18 +460,18 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
 
 
 def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, progress: bool = True,
-                 command: str = "") -> dict:
+                 command: str = "", *, settings: "_settings.Settings | None" = None) -> dict:
     """Run the claim checks alone (no notebooks) and return the claims.json document.
 
     Like ``claims.check_all`` with a progress bar, except that a check that raises is recorded
-    (verdict None, the error in ``error``) and the rest still run.
+    (verdict None, the error in ``error``) and the rest still run. ``device``, ``scale`` and ``seed`` are
+    resolved once, here, or given resolved as ``settings`` (the command line), and handed to every check.
     """
-    dev = _device.resolve(device)
-    scale = _workloads.resolve_scale(scale, dev)
+    settings = _settings.given(settings, device, scale, seed)
+    dev, scale = settings.device, settings.scale
     chosen = list(claim_ids) if claim_ids else _claims.ids()
     for c in chosen:
         _claims.get(c)
-    seed = _device.check_seed(seed)
     _claims.ledger_path()  # a bad NOGRADLAB_LEDGER fails here, not as every check's error
     from tqdm.auto import tqdm
 
@@ -480,7 +482,7 @@ def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, pro
         bar.set_postfix_str(cid)
         t = time.perf_counter()
         try:
-            results.append(_claims.check(cid, device=dev, scale=scale, seed=seed))
+            results.append(_claims.check(cid, settings=settings))
         except Exception as e:
             entry = _report.missing_entry(_claims.get(cid), f"the check raised {type(e).__name__}: {e}")
             entry.update(device=_device.describe(dev), torch=torch.__version__, scale=scale,

@@ -1,7 +1,8 @@
 """``make book`` (scripts/book.py): the executed notebooks as a static site with the report as its front
 page, built offline, read in headless Chromium with every request off this machine refused: no page asks
 for anything from another site, the links between the report, the contents and the notebooks work, and
-every page reads on a 390 px phone without sideways panning.
+every page reads on a 390 px phone without sideways panning, no code block scrolls sideways (they wrap), and
+each lesson offers its notebook for download.
 
 By default the book is built from a small synthetic run (two of the real notebooks with outputs added, and
 a report from fake results) so that the test takes seconds; NOGRADLAB_BOOK_RUN=build checks the book of a
@@ -183,6 +184,10 @@ def test_the_book_of_every_lesson_builds_without_warnings_opens_on_goals_and_has
         if s != "00_index":
             body = page.split("</h1>", 1)[1]
             assert body.find("Learning goals") < body.find('class="cell'), s  # opens on its goals
+        # each lesson offers its notebook for download, at its top and its end, and the file is there
+        assert page.count(f'<a class="book-download" href="{s}.ipynb" download>') == 2, s
+        assert (html / "notebooks" / f"{s}.ipynb").read_bytes() == (run / "notebooks" / f"{s}.ipynb").read_bytes(), s
+        assert "_static/book.css" in page, s  # the style that makes code blocks wrap (the browser test measures it)
     footer = (html / "contents.html").read_text()
     assert re.search(r"Copyright &#169; 2026, the nogradlab authors", footer)
 
@@ -220,11 +225,17 @@ def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
                     r.abort()
             ctx.route("**/*", route)
             page = ctx.new_page()
+            sideways = []  # pages with code blocks (or printed outputs) that scroll sideways inside the page
             for q in pages:
                 page.goto(q.resolve().as_uri())
                 page.wait_for_load_state("load")
                 width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
                 assert width <= PHONE["width"], f"{q.relative_to(html)} is {width} px wide on a 390 px screen"
+                n = page.evaluate("[...document.querySelectorAll('pre')]"
+                                  ".filter(p => p.scrollWidth > p.clientWidth + 1).length")
+                if n:
+                    sideways.append(f"{q.relative_to(html)}: {n} block(s)")
+            assert sideways == [], f"{len(sideways)} page(s) whose code blocks scroll sideways at 390 px: {sideways}"
             assert outside == [], f"requests off this machine: {sorted(set(outside))[:10]}"
 
             # the report's link to a notebook opens that notebook's page of the book
@@ -243,6 +254,10 @@ def test_book_offline_navigable_and_readable_on_a_phone(tmp_path):
                 page.goto((html / "notebooks" / f"{s}.html").resolve().as_uri())
                 back = page.locator("article a[href='../index.html']")
                 assert back.count() >= 1 and back.first.is_visible(), s
+                # and offers its notebook for download: a visible link to the .ipynb beside the page
+                down = page.locator(f"article a.book-download[href='{s}.ipynb'][download]")
+                assert down.count() == 2 and down.first.is_visible(), s
+                assert (html / "notebooks" / f"{s}.ipynb").is_file(), s
             with page.expect_navigation():
                 back.first.click()
             assert page.url.endswith("/index.html") and page.locator("#verdict-table").count() == 1
