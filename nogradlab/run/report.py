@@ -36,6 +36,8 @@ from pathlib import Path
 
 from nogradlab import __version__
 from nogradlab import claims as _claims
+from nogradlab.claims import display as _display
+from nogradlab.core import html as _html
 from nogradlab.core import device as _device
 from nogradlab.core import format as _format
 from nogradlab.run import outdir as _outdir
@@ -43,12 +45,11 @@ from nogradlab.run import outdir as _outdir
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
            "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
-           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "by_release"]
+           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "glance_line", "by_release"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
-COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700", "inconclusive": "#8250df",
-           "not testable": "#57606a", "needs re-measuring": "#6e7781", NOT_RUN: "#bf3989"}
+COLOURS = dict(_html.VERDICT_COLOURS)  # one colour per verdict, in the report and the notebook's box alike
 _ANSI = {"holds": "32", "does not hold": "31", "depends": "33", "inconclusive": "35", "not testable": "90",
          "needs re-measuring": "90;3", NOT_RUN: "35;1"}
 
@@ -610,6 +611,12 @@ overflow:hidden}.claims details[open] .cread,.claims details[open] .cfig{-webkit
 .claims .more{padding:4px 10px 10px 56px;border-bottom:1px solid #d8dee4;font-size:13px}
 .claims .more p{margin:6px 0}.refline{border-left:3px solid #d0d7de;padding-left:8px}
 table.conds{width:auto;max-width:100%;font-size:12px}
+/* the verdict display (nogradlab.claims.display): the row is its first line; the picture, then the rest folded */
+.picture{margin:6px 0}.picture svg{display:block;max-width:100%;height:auto}
+table.cases{width:auto;max-width:100%;font-size:12px}.nopic{margin:4px 0}
+details.fold>summary{cursor:pointer;color:#0969da;font-size:13px}.fold{overflow-wrap:anywhere}
+table.by-release td,table.by-release th{overflow-wrap:anywhere;min-width:0}
+table.by-release .small{display:block}
 /* phones: each claim stacks (id and claim, the article's figure, the plain line, labelled chips),
    tables become labelled rows, charts fit the width (multi-panel charts come stacked, from a <picture>
    source): nothing needs sideways panning */
@@ -680,8 +687,7 @@ def _figure_html(title: str, uri: str, caption: str) -> str:
     return f"<figure>{img}<figcaption><b>{_e(title)}.</b> {_e(caption)}</figcaption></figure>"
 
 
-def _badge(word: str) -> str:
-    return f'<span class="v" style="background:{COLOURS.get(word, "#000")}">{html.escape(word)}</span>'
+_badge = _html.badge
 
 
 def _e(x) -> str:
@@ -810,6 +816,18 @@ def _age(meta: dict, now: str) -> str:
     return f"{days} day{'s' if days != 1 else ''} before this run"
 
 
+def glance_line(entry: dict) -> str:
+    """A claim row's words: the verdict display's first line (:func:`nogradlab.claims.display.headline`)
+    without the verdict and the article's figure, which the row shows in their own cells."""
+    text = _display.headline(entry)
+    verdict = entry.get("verdict") or NOT_RUN
+    text = text[len(verdict) + 1:].lstrip() if text.startswith(verdict + ":") else text
+    fig = _display.figure_short(entry.get("figure"))
+    if fig and text.startswith(f"article {fig}; "):
+        text = text[len(f"article {fig}; "):]
+    return text[:1].upper() + text[1:]
+
+
 def plain_line(entry: dict) -> str:
     """The claim's answer in one line of plain words: its judge's reading, else the measured
     summary's first sentence."""
@@ -834,21 +852,6 @@ def _chip(entry, label: str) -> str:
             f"{_badge(word)}{tag}</span>")
 
 
-def _conditions_html(conds) -> str:
-    rows = []
-    for c in conds or []:
-        if not isinstance(c, dict):
-            continue
-        ci = c.get("ci")
-        ci = f"[{_num(ci[0])}, {_num(ci[1])}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
-        rows.append(f"<tr><td>{_e(c.get('condition', ''))}</td><td>{_e(_num(c.get('value')))}</td>"
-                    f"<td>{_e(ci)}</td><td>{_e(c.get('reading', ''))}</td></tr>")
-    if not rows:
-        return ""
-    return ("<table class='conds'><thead><tr><th>condition</th><th>value</th><th>95 % CI</th><th>reading</th>"
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
 _num = _format.number
 
 
@@ -856,46 +859,45 @@ _MEASUREMENTS_CHARS = 6000  # the raw measurements shown per claim; claims.json 
 
 
 def _claim_details(c: dict, nb_html: dict, columns, folded) -> str:
-    """What opens under a claim: this run's measured figures, the rule, what the verdict stands on,
-    the judged conditions, the raw measurements, and each reference column's verdict and figures."""
+    """What opens under a claim: the verdict display's picture (:func:`nogradlab.claims.display.picture_html`:
+    the conditions against the article's band, or its cases, or a line saying there is none; the row above
+    is its first line), then, folded: the rule, the evidence, this run's measured figures and conditions,
+    this machine's own figures, the raw measurements and each reference column's verdict and figures."""
     parts = []
     link = ""
     if c.get("notebook"):
         href = nb_html.get(c["notebook"])
-        link = (f" <a class='small' href='{_e(href)}'>{_e(c['notebook'])}</a>" if href
-                else f" <span class='small'>({_e(c['notebook'])})</span>")
+        link = (f"<p>Checked in {'<a href=' + chr(39) + _e(href) + chr(39) + '>' if href else ''}"
+                f"{_e(c['notebook'])}{'</a>' if href else ''}.</p>")
     if c.get("figure"):
         parts.append(f"<p><b>The article's figure.</b> {_e(c['figure'])}</p>")
-    parts.append(f"<p><b>Measured, this run.</b> {_e(c.get('summary'))}{link}</p>")
-    if c.get("rule"):
-        parts.append(f"<p class='rule'><i>rule:</i> {_e(c['rule'])}</p>")
-    scope = c.get("scope") if isinstance(c.get("scope"), dict) else {}
-    if scope.get("text"):
-        parts.append(f"<p><b>Evidence.</b> {_e(scope['text'])}"
-                     + (f" <b class='old'>({_e(_stale(c))})</b>" if _stale(c) else "") + "</p>")
+    if _stale(c):
+        parts.append(f"<p><b class='old'>({_e(_stale(c))})</b></p>")
+    parts.append(link)
     local = c.get("local")
     if isinstance(local, dict) and local.get("verdict"):
         parts.append(f"<p><b>This machine's own figures</b> ({_badge(verdict_word(local['verdict']))}): "
                      f"{_e(local.get('summary', ''))}</p>")
-    parts.append(_conditions_html(c.get("conditions")))
+    after = []
     if c.get("measurements"):
         text = json.dumps(c["measurements"], indent=1, default=str)
         cut = len(text) > _MEASUREMENTS_CHARS
         text = text[:_MEASUREMENTS_CHARS] + ("\n… (cut here: claims.json holds all of it)" if cut else "")
-        parts.append(f"<details class='raw'><summary>measurements (raw)</summary><pre>{_e(text)}</pre></details>")
+        after.append(f"<details class='raw'><summary>measurements (raw)</summary><pre>{_e(text)}</pre></details>")
     for label, name, _r, rc in columns + folded:
         if rc is None:
-            parts.append(f"<p class='refline'>{_badge(NOT_RUN)} <b>{_e(label)}</b> ({_e(name)})</p>")
+            after.append(f"<p class='refline'>{_badge(NOT_RUN)} <b>{_e(label)}</b> ({_e(name)})</p>")
             continue
         was = rc.get("stored_verdict")
         was = (f" <span class='small stored-verdict'>stored verdict, by the rule of its day: "
                f"{_e(verdict_word(was))}</span>" if was is not None and was != rc["verdict"] else "")
         old = _stale(rc)
-        parts.append(f"<p class='refline'>{_badge(verdict_word(rc['verdict']))} <b>{_e(label)}</b> "
+        after.append(f"<p class='refline'>{_badge(verdict_word(rc['verdict']))} <b>{_e(label)}</b> "
                      f"<span class='small'>({_e(name)}; judged by today&#39;s rules)</span>"
                      + (f" <b class='old'>{_e(old)}</b>" if old else "")
                      + f"{was}<br><span class='small'>{_e(rc.get('summary'))}</span></p>")
-    return "".join(parts)
+    return (f"<div class='picture'>{_display.picture_html(c)}</div>"
+            + _display.folded_html(c, before="".join(parts), after="".join(after)))
 
 
 def _columns_html(doc: dict, shown, folded) -> str:
@@ -948,8 +950,9 @@ def _claims_html(doc: dict, nb_html: dict, shown, folded) -> str:
             f"<details class='claim' id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
             f"<summary class='row'><span class='cell cid'>{_e(c['id'])}</span>"
             f"<span class='cell ctext'>{_e(c['paraphrase'])}</span>"
-            f"<span class='cell cfig'><span class='lbl'>article:</span>{_e(c['figure'] or '—')}</span>"
-            f"<span class='cell cread'>{_e(plain_line(c))}</span>{chips}</summary>"
+            f"<span class='cell cfig' title='{_e(c['figure'] or '')}'><span class='lbl'>article:</span>"
+            f"{_e(_display.figure_short(c['figure']) or '—')}</span>"
+            f"<span class='cell cread'>{_e(glance_line(c))}</span>{chips}</summary>"
             f"<div class='more'>{_claim_details(c, nb_html, cols, fcols)}</div></details>")
     return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for the measured "
             f"figures, the rule, the evidence and every column's reading. {_legend()}</p>"
