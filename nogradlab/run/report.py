@@ -45,7 +45,8 @@ from nogradlab.run import outdir as _outdir
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
            "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
-           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "glance_line", "by_release"]
+           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "glance_line", "failing_figures",
+           "by_release"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
@@ -615,8 +616,9 @@ table.conds{width:auto;max-width:100%;font-size:12px}
 .picture{margin:6px 0}.picture svg{display:block;max-width:100%;height:auto}
 table.cases{width:auto;max-width:100%;font-size:12px}.nopic{margin:4px 0}
 details.fold>summary{cursor:pointer;color:#0969da;font-size:13px}.fold{overflow-wrap:anywhere}
-table.by-release td,table.by-release th{overflow-wrap:anywhere;min-width:0}
+table.by-release td,table.by-release th{overflow-wrap:break-word;min-width:0}
 table.by-release .small{display:block}
+#failing-figures ul{margin:4px 0 8px;padding-left:20px}#failing-figures li{margin:2px 0}
 /* phones: each claim stacks (id and claim, the article's figure, the plain line, labelled chips),
    tables become labelled rows, charts fit the width (multi-panel charts come stacked, from a <picture>
    source): nothing needs sideways panning */
@@ -643,7 +645,12 @@ body{padding:10px 12px}h1{font-size:19px}
 #notebook-table td,#columns-table td{border:0;padding:2px 2px}
 #notebook-table td:empty{display:none}
 #notebook-table td::before{color:#57606a;font-size:12px;font-weight:400;margin-right:6px}
-table.by-release,table.conds{display:block;overflow-x:auto}
+table.conds{display:block;overflow-x:auto}
+table.by-release thead{display:none}table.by-release,table.by-release tbody,table.by-release tr{display:block}
+table.by-release tr{border-bottom:2px solid #d0d7de;padding:4px 0}
+table.by-release td{display:inline-block;border:0;vertical-align:top;padding:2px 6px 2px 0;max-width:100%}
+table.by-release td.id,table.by-release td.ctext{display:inline}
+table.by-release td[data-label]::before{content:attr(data-label);display:block;font-size:11px;color:#57606a}
 pre{white-space:pre-wrap;max-width:100%}figure{margin:10px 0}
 }
 """
@@ -745,9 +752,11 @@ def _by_release_html(doc: dict, refs=()) -> str:
         head = "".join(f"<th>torch {_e(t)}<br><span class='small'>{_e(n)}</span></th>" for n, t in g["columns"])
         rows = []
         for c in g["changed"]:
-            cells = "".join(f"<td><details><summary>{_badge(w)}</summary><span class='small'>{_e(r)}</span>"
-                            f"</details></td>" for w, r in zip(c["verdicts"], c["readings"]))
-            rows.append(f"<tr><td class='id'>{_e(c['id'])}</td><td>{_e(_claims.get(c['id']).paraphrase)}</td>{cells}</tr>")
+            cells = "".join(f"<td data-label='torch {_e(t)}, {_e(n)}'><details><summary>{_badge(w)}</summary>"
+                            f"<span class='small'>{_e(r)}</span></details></td>"
+                            for (n, t), w, r in zip(g["columns"], c["verdicts"], c["readings"]))
+            rows.append(f"<tr><td class='id'>{_e(c['id'])}</td><td class='ctext'>{_e(_claims.get(c['id']).paraphrase)}"
+                        f"</td>{cells}</tr>")
         body = "".join(rows) or f"<tr><td colspan='{2 + len(g['columns'])}'>no verdict changed</td></tr>"
         parts.append(f"<p><b>{_e(g['device_type'])}, scale {_e(g['scale'])}</b></p><table class='by-release'>"
                      f"<thead><tr><th>id</th><th>claim</th>{head}</tr></thead><tbody>{body}</tbody></table>")
@@ -959,6 +968,25 @@ def _claims_html(doc: dict, nb_html: dict, shown, folded) -> str:
             f"<div id='verdict-table' class='claims' style='--k:{k}'>{head}{''.join(items)}</div>")
 
 
+def failing_figures(doc: dict) -> list:
+    """The article's figures this run finds do not hold: ``[(id, figure, what was measured)]``, in id order
+    (the claims with a figure of the article's and the verdict "does not hold")."""
+    return [(c["id"], _display.figure_short(c["figure"]), glance_line(c)) for c in doc["claims"]
+            if c.get("figure") and c.get("verdict") == "does not hold"]
+
+
+def _failing_figures_html(doc: dict) -> str:
+    """The page's top: the article's figures that do not hold, each linked to its row, before any table."""
+    items = failing_figures(doc)
+    if not items:
+        return ("<p id='failing-figures'>Every figure of the article this run judged holds, depends or is "
+                "undecided: none is contradicted.</p>")
+    li = "".join(f"<li><a href='#claim-{_e(cid)}'><b>{_e(cid)}</b></a> the article&#39;s <b>{_e(fig)}</b>: "
+                 f"{_e(line)}</li>" for cid, fig, line in items)
+    return (f"<div id='failing-figures'><p><b>The article's figures that do not hold here ({len(items)}):</b></p>"
+            f"<ul>{li}</ul></div>")
+
+
 def _legend() -> str:
     return ("Verdicts: holds / does not hold / depends (true under some measured conditions, false under others) / "
             "inconclusive (intervals straddle a band edge) / not testable (an unsourced statistic; its mechanism is "
@@ -995,6 +1023,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             why.append(f"{not_run} claim(s) not run")
         status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
     parts.append(f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>")
+    parts.append(_failing_figures_html(doc))
     sections = [("where", "what ran where"), ("claims", "the claims")]
     lead = _lead_titles()
     charts_rest = [ch for ch in chart_list if ch[0] not in lead]
