@@ -385,8 +385,10 @@ def plain_text(text) -> str:
 
 def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
     """The verdict table as text: id, verdict (this run), one verdict column per reference, the
-    article's figure and the measured summary, wrapped to the terminal width (never cut). Only the
-    claims of ``doc`` (those asked for) are listed, in the reference lines too."""
+    article's figure and what was measured (the verdict display's first line, :func:`glance_line`; the
+    measured summary, rule and evidence are in claims.json, report.html and ``Result.details()``),
+    wrapped to the terminal width (never cut). Only the claims of ``doc`` (those asked for) are listed,
+    in the reference lines too."""
     if width is None:
         width = shutil.get_terminal_size((120, 24)).columns
     if color is None:
@@ -409,7 +411,7 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
         figs = textwrap.wrap(plain_text(c["figure"] or "-"), 12, break_on_hyphens=False) or ["-"]
-        summ = plain_text(" ".join(str(c["summary"]).split()))
+        summ = plain_text(glance_line(c))  # the verdict display's first line: the rest is in claims.json, report.html
         indent = " " * (sum(widths) + 2 * len(widths))
         if room < 40:  # too many columns for the terminal: the summary goes under its row, at full width
             lines.append(("  ".join(cells) + "  " + " ".join(figs)).rstrip())
@@ -834,7 +836,7 @@ def glance_line(entry: dict) -> str:
     fig = _display.figure_short(entry.get("figure"))
     if fig and text.startswith(f"article {fig}; "):
         text = text[len(f"article {fig}; "):]
-    return text[:1].upper() + text[1:]
+    return "Measured" + text[len("measured"):] if text.startswith("measured ") else text
 
 
 def plain_line(entry: dict) -> str:
