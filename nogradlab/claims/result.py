@@ -305,12 +305,12 @@ class Result:
                f"border-left:4px solid {colour};padding:4px 8px;line-height:1.4")
         style = ("<style>.nogradlab-result .v{display:inline-block;color:#fff;border-radius:10px;padding:0 7px;"
                  "font-size:85%;font-weight:600}.nogradlab-result .fold{max-width:100%;overflow-x:auto;font-size:90%}"
-                 ".nogradlab-result summary{cursor:pointer;font-size:85%}.nogradlab-result .small{font-size:85%;"
+                 ".nogradlab-result summary{cursor:pointer;font-size:85%}.nogradlab-result table.cases{font-size:85%}.nogradlab-result .small{font-size:85%;"
                  "color:#57606a}.nogradlab-result p{margin:3px 0}</style>")
         meta = f"<p class='nogradlab-result-meta small'>{' &middot; '.join(self._meta())}</p>"
         record = _html.details("measurements", _evidence_html(self.measurements))
-        return (f"<div class='nogradlab-result' style='{box}'>{style}{_display.glance_html(entry)}"
-                f"{_display.folded_html(entry, before=meta, after=record)}</div>")
+        return (f"<div class='nogradlab-result' style='{box}'>{_display.glance_html(entry)}"
+                f"{_display.folded_html(entry, before=meta, after=record)}{style}</div>")
 
 
 _fmt_num = _format.number

@@ -11,11 +11,14 @@ notebook that checked it; a claim no check reached has verdict ``null`` and is s
 Its ``meta`` block names the machine, the run and each notebook's outcome.
 
 ``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
-fetched) that reads in a minute: at the top what ran where (this run and each reference column of
-``results/<machine>/claims.json``, with its age, protocol and verdict counts) and the article's table
-against this run's figures (the claim that leads the report: ``chart_rank=0``); then one compact row per claim (id, claim, the article's figure, one
-line in plain words, a verdict chip for this run and each reference column) whose measured figures, rule
-and evidence open on click (``<details>``); then the other charts, the by-release view (columns of one
+fetched) that reads in a minute: at the top the article's figures that do not hold here, what ran where
+(this run and each reference column of ``results/<machine>/claims.json``, with its age, protocol and
+verdict counts) and the article's table against this run's figures (the claim that leads the report:
+``chart_rank=0``); then one compact row per claim, the verdict display of :mod:`nogradlab.claims.display`
+(id, claim, the article's figure, the first line's measured words, a verdict chip for this run and each
+reference column), which opens on its picture (the conditions against the article's band, inline SVG)
+with the rule, the evidence, the measured figures, the raw record and each column's reading folded
+under it (``<details>``); then the other charts, the by-release view (columns of one
 machine on several PyTorch releases fold into it), the notebooks with relative links, the hardware.
 Text from a stored column is shown as text: it can neither end a CSS string nor drive a terminal.
 """
@@ -965,8 +968,9 @@ def _claims_html(doc: dict, nb_html: dict, shown, folded) -> str:
             f"{_e(_display.figure_short(c['figure']) or '—')}</span>"
             f"<span class='cell cread'>{_e(glance_line(c))}</span>{chips}</summary>"
             f"<div class='more'>{_claim_details(c, nb_html, cols, fcols)}</div></details>")
-    return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for the measured "
-            f"figures, the rule, the evidence and every column's reading. {_legend()}</p>"
+    return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for its picture (each "
+            f"condition a dot with its interval against the article's band, shaded), and under it the rule, the "
+            f"evidence, the measured figures and every column's reading. {_legend()}</p>"
             f"<div id='verdict-table' class='claims' style='--k:{k}'>{head}{''.join(items)}</div>")
 
 
