@@ -47,8 +47,12 @@ def _band(entry: dict, cond: dict) -> "tuple | None":
     C20's per workload and quantity), else its claim's rule's (today's rule: stored columns are judged by
     it); None when there is none."""
     b = cond.get("band")
-    if isinstance(b, dict) and isinstance(b.get("edges"), (list, tuple)) and len(b["edges"]) == 2:
-        return (tuple(b["edges"]), b.get("unit"))
+    if isinstance(b, dict):  # a stored column's: only two numbers (the upper one may be open) make a band
+        edges = b.get("edges")
+        if (isinstance(edges, (list, tuple)) and len(edges) == 2 and _number(edges[0])
+                and (edges[1] is None or _number(edges[1])) and b.get("unit") in ("%", "x")):
+            return (tuple(edges), b["unit"])
+        return None
     try:
         rule = _rules.RULES[entry.get("id")]
     except (KeyError, TypeError):

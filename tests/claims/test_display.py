@@ -77,3 +77,20 @@ def test_estimated_conditions_are_marked_apart_from_measured_ones():
     assert [p.estimated for p in pts] == [True, False]
     svg = display.picture_html(entry)
     assert svg.count("<path") == 1 and svg.count("<circle") == 1 and "diamond: estimated" in svg
+
+
+def test_a_stored_columns_odd_conditions_are_shown_without_a_crash():
+    """A stored column is read as it is: conditions that are no dict, figures that are no number, a band
+    whose edges are no numbers are left out of the picture (shown as cases), never a traceback."""
+    entry = {"id": "C03", "verdict": "needs re-measuring", "figure": "20-40 %", "summary": "s",
+             "conditions": ["x", None, {"condition": None, "value": "9", "ci": ["a", "b"], "reading": 3},
+                            {"condition": "c", "value": True, "ci": [True, False]},
+                            {"condition": "d", "value": 0.3, "ci": [0.2], "band": {"edges": ["a", None], "unit": "%"}},
+                            {"condition": "e", "value": 0.3, "band": {"edges": [0.2, 0.4], "unit": "?"}}]}
+    assert display.points(entry) == {}
+    assert len(display.headline(entry).split()) <= display.MAX_WORDS
+    page = display.glance_html(entry) + display.folded_html(entry) + display.details_text(entry)
+    assert "<svg" not in page and "<table class='cases'>" in page
+    (pts,) = display.points(dict(entry, conditions=[{"condition": "f", "value": 0.3, "ci": [0.2, 0.4],
+                                                     "reading": "agrees"}])).values()
+    assert pts[0].band == (0.2, 0.4) and (pts[0].lo, pts[0].hi) == (0.2, 0.4)  # the rule's band
