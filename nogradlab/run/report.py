@@ -413,7 +413,7 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
         for m in ref_maps:
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
-        figs = textwrap.wrap(plain_text(c["figure"] or "-"), 12, break_on_hyphens=False) or ["-"]
+        figs = textwrap.wrap(plain_text(_display.figure_short(c["figure"]) or "-"), 12, break_on_hyphens=False) or ["-"]
         summ = plain_text(glance_line(c))  # the verdict display's first line: the rest is in claims.json, report.html
         indent = " " * (sum(widths) + 2 * len(widths))
         if room < 40:  # too many columns for the terminal: the summary goes under its row, at full width

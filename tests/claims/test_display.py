@@ -94,3 +94,12 @@ def test_a_stored_columns_odd_conditions_are_shown_without_a_crash():
     (pts,) = display.points(dict(entry, conditions=[{"condition": "f", "value": 0.3, "ci": [0.2, 0.4],
                                                      "reading": "agrees"}])).values()
     assert pts[0].band == (0.2, 0.4) and (pts[0].lo, pts[0].hi) == (0.2, 0.4)  # the rule's band
+
+
+def test_the_terminal_row_is_the_first_line_with_a_long_figure_shortened():
+    r = _c09(1.15, [1.05, 1.22])
+    r.figure = "ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x"
+    doc = report.build_doc([r], source="claims", device="cpu", scale="tiny", only=["C09"])
+    rows = report.terminal_table(doc, width=120).splitlines()[1:-1]
+    assert "Transformer" not in "\n".join(rows) and len(rows) <= 3, rows
+    assert display.headline(r.to_dict()).endswith("measured 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] (resnet50 12 GiB), disagrees")
