@@ -18,6 +18,7 @@ from __future__ import annotations
 import html as _html
 import json
 import math
+import unicodedata
 from dataclasses import dataclass
 
 from nogradlab.core import format as _format
@@ -33,9 +34,19 @@ VERDICT_COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#
 READING_COLOURS = {"agrees": "#1a7f37", "disagrees": "#cf222e", "unresolved": "#8c959f"}
 
 
+#: Unicode's bidirectional controls: stored text must not reorder what a page shows
+BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def esc(x) -> str:
-    """``x`` as HTML text (None reads as nothing)."""
-    return _html.escape("" if x is None else str(x))
+    """``x`` as HTML text (None reads as nothing), its control characters (ESC, BEL, CR...) and
+    bidirectional controls shown as visible escapes (``\\x1b``), line breaks and tabs kept: text from a
+    stored column is shown as text."""
+    text = "" if x is None else str(x)
+    if any((unicodedata.category(ch) == "Cc" and ch not in "\n\t") or ch in BIDI for ch in text):
+        text = "".join(ch if ch in "\n\t" or not (unicodedata.category(ch) == "Cc" or ch in BIDI)
+                       else (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}") for ch in text)
+    return _html.escape(text)
 
 
 def badge(word: str, colour: "str | None" = None) -> str:

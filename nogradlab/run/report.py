@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import html
 import io
 import json
 import os
@@ -702,12 +701,8 @@ def _figure_html(title: str, uri: str, caption: str) -> str:
 _badge = _html.badge
 
 
-def _e(x) -> str:
-    """HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)."""
-    text = "" if x is None else str(x)
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
-        text = "\n".join(plain_text(line).replace("\\x09", "\t") for line in text.split("\n"))
-    return html.escape(text)
+#: HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)
+_e = _html.esc
 
 
 def by_release(doc: dict, refs=()) -> list:

@@ -42,3 +42,8 @@ def test_record_and_table_escape_and_keep_units():
     assert "3.00 MiB" in page and "250 \u00b5s" in page and "&lt;b&gt;" in page and "[1, 2.5]" in page
     assert html.table(["h"], [["<i>"]]) == "<table><thead><tr><th>h</th></tr></thead><tbody><tr><td>&lt;i&gt;</td></tr></tbody></table>"
     assert html.badge("holds").startswith('<span class="v" style="background:#1a7f37">')
+
+
+def test_stored_text_is_shown_as_text():
+    assert html.esc("a\x1b[2J\u202eb\n\tc<") == "a\\x1b[2J\\u202eb\n\tc&lt;"
+    assert html.esc(None) == ""
