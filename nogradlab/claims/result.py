@@ -10,6 +10,8 @@ import torch
 
 from nogradlab.core import device as _device
 from nogradlab.core import format as _format
+from nogradlab.core import html as _html
+from nogradlab.claims import display as _display
 from nogradlab.claims.evidence import PROTOCOL
 from nogradlab.claims.ledger import NeedsRemeasuring
 
@@ -249,21 +251,19 @@ class Result:
         return d
 
     def __str__(self) -> str:
-        fig = f" (article: {self.figure})" if self.figure else ""
-        return f"{self.id} [{self.verdict}]{fig}: {self.summary}"
+        """The first line of the verdict display (:func:`nogradlab.claims.display.headline`), at most 25 words
+        after the id: the verdict, the article's figure, what was measured. ``r.details()`` holds the rest."""
+        return f"{self.id} {_display.headline(self.to_dict())}"
+
+    def details(self) -> str:
+        """Everything about the verdict as plain text, for a terminal: the first line, each condition's figure,
+        reading and band (the picture's content), the reading, the rule, the measured summary, the evidence
+        and where it was measured (:func:`nogradlab.claims.display.details_text`)."""
+        where = _device.label(self.device) if self.device else ""
+        return _display.details_text(self.to_dict(), f"{where}, scale {self.scale}; measurements: .measurements")
 
     def __repr__(self) -> str:
-        lines = [f"{self.id} [{self.verdict}] {self.paraphrase}"]
-        if self.figure:
-            lines.append(f"  article's figure: {self.figure}")
-        lines.append(f"  reading: {self.reading}")
-        lines.append(f"  rule: {self.rule}")
-        lines.append(f"  measured: {self.summary}")
-        if self.scope:
-            lines.append(f"  evidence: {self.scope.get('text', '')}")
-        where = _device.label(self.device) if self.device else ""
-        lines.append(f"  ({where}, scale {self.scale}; measurements: .measurements)")
-        return "\n".join(lines)
+        return self.details()
 
     @property
     def reading(self) -> str:
@@ -276,20 +276,10 @@ class Result:
         first = re.split(r"(?<=[.!?])\s+(?=[A-Z])", " ".join(self.summary.split()), maxsplit=1)[0]
         return first if len(first) <= 240 else first[:239] + "\u2026"
 
-    def _repr_html_(self) -> str:
-        """A compact box: the verdict and the answer in one sentence (numbers included), the article's
-        figure and what the verdict stands on in one small line, a one-line count of the judged
-        conditions; the rule, the full measured summary, the conditions and the measurements one
-        click away (rounded, never wider than the cell)."""
-        import html
-
-        colour = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700",
-                  "inconclusive": "#8250df", "not testable": "#57606a",
-                  "needs re-measuring": "#57606a"}.get(self.verdict, "#000")
-        e = html.escape
+    def _meta(self) -> list:
+        """The small print: what the verdict stands on, this machine's own verdict, where and how long."""
+        e = _html.esc
         small = []
-        if self.figure:
-            small.append(f"article: {e(self.figure)}")
         basis = (self.scope or {}).get("basis")
         if basis:
             small.append({"measured": "measured here", "estimated": "estimated for a GPU", "cited": "cited sources",
@@ -300,42 +290,27 @@ class Result:
                           "estimated + reference": "estimated + reference GPU"}.get(basis, e(basis)))
         if self.local:
             small.append(f"on your machine: {e(self.local.get('verdict', ''))}")
-        counts = {}
-        for c in self.conditions or []:
-            r = c.get("reading")
-            if r:
-                counts[r] = counts.get(r, 0) + 1
-        if counts:
-            plural = {"agrees": "agree", "disagrees": "disagree"}
-            sides = [c.get("side") for c in self.conditions or [] if c.get("reading") == "disagrees"]
-            way = ", ".join(f"{sides.count(s)} {s}" for s in ("above", "below") if s in sides)
-            small.append(", ".join(f"{n} {w if n == 1 else plural.get(w, w)}"
-                                   + (f" ({way} the article)" if w == "disagrees" and way else "")
-                                   for w, n in counts.items())
-                         + f" of {sum(counts.values())} conditions")
         where = e(_device.label(self.device)) if self.device else ""
         small.append(f"{where}, scale {e(self.scale)}, {self.seconds:.1f} s")
-        conds = ""
-        if self.conditions:
-            rows = "".join(
-                f"<tr><td>{e(str(c.get('condition', '')))}</td><td>{e(_fmt_num(c.get('value')))}</td>"
-                f"<td>{e(_fmt_ci(c.get('ci')))}</td><td>{e(str(c.get('reading', '')))}"
-                f"{e(' (' + c['side'] + ')') if c.get('side') else ''}</td></tr>"
-                for c in self.conditions if isinstance(c, dict))
-            conds = (f"<p><b>Conditions</b></p><table><thead><tr><th>condition</th><th>value</th><th>95 % CI</th>"
-                     f"<th>reading</th></tr></thead><tbody>{rows}</tbody></table>")
+        return small
+
+    def _repr_html_(self) -> str:
+        """The verdict display (:mod:`nogradlab.claims.display`): the first line (the verdict, the article's
+        figure, what was measured), one picture of the conditions against the article's band (or the table
+        of cases, or a line saying there is none), and folded underneath: what the verdict stands on, the
+        rule, the measured summary, the conditions and the measurements (rounded, never wider than the cell)."""
+        entry = self.to_dict()
+        colour = _html.VERDICT_COLOURS.get(self.verdict, "#000")
         box = ("max-width:100%;box-sizing:border-box;overflow-wrap:anywhere;"
                f"border-left:4px solid {colour};padding:4px 8px;line-height:1.4")
-        inner = "max-width:100%;overflow-x:auto;font-size:90%"
-        return (f"<div class='nogradlab-result' style='{box}'>"
-                f"<div><b>{self.id}</b> <span style='color:{colour};font-weight:bold'>{self.verdict}</span>"
-                f" &mdash; {e(self.reading)}</div>"
-                f"<div class='nogradlab-result-meta' style='font-size:85%;color:#57606a'>{' &middot; '.join(small)}</div>"
-                f"<details><summary style='cursor:pointer;font-size:85%'>rule, measured figures, evidence</summary>"
-                f"<div style='{inner}'><p><i>{e(self.paraphrase)}</i></p><p><b>Rule.</b> {e(self.rule)}</p>"
-                f"<p><b>Measured.</b> {e(self.summary)}</p>{conds}"
-                f"<details><summary>measurements</summary>{_evidence_html(self.measurements)}</details>"
-                f"</div></details></div>")
+        style = ("<style>.nogradlab-result .v{display:inline-block;color:#fff;border-radius:10px;padding:0 7px;"
+                 "font-size:85%;font-weight:600}.nogradlab-result .fold{max-width:100%;overflow-x:auto;font-size:90%}"
+                 ".nogradlab-result summary{cursor:pointer;font-size:85%}.nogradlab-result table.cases{font-size:85%}.nogradlab-result .small{font-size:85%;"
+                 "color:#57606a}.nogradlab-result p{margin:3px 0}</style>")
+        meta = f"<p class='nogradlab-result-meta small'>{' &middot; '.join(self._meta())}</p>"
+        record = _html.details("measurements", _evidence_html(self.measurements))
+        return (f"<div class='nogradlab-result' style='{box}'>{_display.glance_html(entry)}"
+                f"{_display.folded_html(entry, before=meta, after=record)}{style}</div>")
 
 
 _fmt_num = _format.number
@@ -363,71 +338,16 @@ def format_saved(point: float, lo: "float | None" = None, hi: "float | None" = N
     return _format.percent_ci(point, lo, hi)
 
 
-def _fmt_value(key: str, v) -> str:
-    """A scalar with units taken from its key: bytes in KiB/MiB/GiB, seconds in µs/ms/s, shares
-    in %; everything else as is (never cut)."""
-    k = key.lower()
-    if isinstance(v, bool) or v is None:
-        return str(v)
-    if isinstance(v, (int, float)):
-        if k.endswith("bytes") or k.endswith("_bytes_per_request"):
-            return _format.bytes_(v)
-        if k.endswith("_ms"):
-            return _time_text(v / 1e3)
-        if k.endswith("_us"):
-            return _time_text(v / 1e6)
-        if k.endswith("_s") or k in ("seconds", "median", "iqr"):
-            return _time_text(v)
-        if isinstance(v, float) and any(w in k for w in ("saved", "share", "gain", "reduction")):
-            return _format.percent(v, 1)
-        if isinstance(v, float) and ("speedup" in k or "factor" in k or "ratio" in k):
-            return _format.ratio(v)
-        if isinstance(v, float):
-            return f"{v:.4g}"
-    return str(v)
-
+#: a scalar with units taken from its key (:func:`nogradlab.core.html.cell_value`)
+_fmt_value = _html.cell_value
 
 _time_text = _format.seconds
+_rounded = _html._rounded
 
 
 def _evidence_html(ev, depth: int = 0) -> str:
-    """Evidence as nested tables: scalars formatted with units, lists of flat rows as tables,
-    deeper structures in their own collapsed block. Nothing is cut."""
-    import html
-
-    if not isinstance(ev, dict):
-        return f"<code>{html.escape(json.dumps(ev, default=_jsonable))}</code>"
-    rows = []
-    for k, v in ev.items():
-        if isinstance(v, dict) and depth < 3:
-            cell = f"<details><summary>{len(v)} entries</summary>{_evidence_html(v, depth + 1)}</details>"
-        elif isinstance(v, list) and v and all(isinstance(r, dict) for r in v) and depth < 3:
-            cols = list(dict.fromkeys(c for r in v for c in r))
-            head = "".join(f"<th>{html.escape(str(c))}</th>" for c in cols)
-            body = "".join("<tr>" + "".join(
-                f"<td>{html.escape(_fmt_value(c, r.get(c)) if not isinstance(r.get(c), (dict, list)) else json.dumps(_rounded(r.get(c)), default=_jsonable))}</td>"
-                for c in cols) + "</tr>" for r in v)
-            cell = (f"<details><summary>{len(v)} rows</summary><table><thead><tr>{head}</tr></thead>"
-                    f"<tbody>{body}</tbody></table></details>")
-        elif isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
-            cell = html.escape("[" + ", ".join(_fmt_num(x) for x in v) + "]")
-        elif isinstance(v, (list, tuple, dict)):
-            cell = f"<code>{html.escape(json.dumps(_rounded(v), default=_jsonable))}</code>"
-        else:
-            cell = html.escape(_fmt_value(k, v))
-        rows.append(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td>{cell}</td></tr>")
-    return f"<table>{''.join(rows)}</table>"
-
-
-def _rounded(v):
-    """``v`` with every float cut to 4 significant digits (for display only)."""
-    if isinstance(v, float):
-        return float(f"{v:.4g}")
-    if isinstance(v, dict):
-        return {k: _rounded(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_rounded(x) for x in v]
-    return v
+    """Evidence as nested tables (:func:`nogradlab.core.html.record`). Nothing is cut."""
+    return _html.record(ev, depth, default=_jsonable)
 
 
 def _jsonable(o):

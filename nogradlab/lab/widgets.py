@@ -24,6 +24,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+from nogradlab.core import html as _htmlmod
 from nogradlab.core import device as _device
 from nogradlab.core import format as _format
 from nogradlab.core import memory as _memory
@@ -83,11 +84,7 @@ def _img_html(png: bytes) -> str:
     return f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}"/>'
 
 
-def _html_table(header, rows) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>"
-                   for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+_html_table = _htmlmod.table  # one table markup for every display (nogradlab.core.html)
 
 
 def _text_table(header, rows) -> str:

@@ -11,11 +11,14 @@ notebook that checked it; a claim no check reached has verdict ``null`` and is s
 Its ``meta`` block names the machine, the run and each notebook's outcome.
 
 ``report.html`` is one self-contained page (inline CSS, charts as base64 PNG, no scripts, nothing
-fetched) that reads in a minute: at the top what ran where (this run and each reference column of
-``results/<machine>/claims.json``, with its age, protocol and verdict counts) and the article's table
-against this run's figures (the claim that leads the report: ``chart_rank=0``); then one compact row per claim (id, claim, the article's figure, one
-line in plain words, a verdict chip for this run and each reference column) whose measured figures, rule
-and evidence open on click (``<details>``); then the other charts, the by-release view (columns of one
+fetched) that reads in a minute: at the top the article's figures that do not hold here, what ran where
+(this run and each reference column of ``results/<machine>/claims.json``, with its age, protocol and
+verdict counts) and the article's table against this run's figures (the claim that leads the report:
+``chart_rank=0``); then one compact row per claim, the verdict display of :mod:`nogradlab.claims.display`
+(id, claim, the article's figure, the first line's measured words, a verdict chip for this run and each
+reference column), which opens on its picture (the conditions against the article's band, inline SVG)
+with the rule, the evidence, the measured figures, the raw record and each column's reading folded
+under it (``<details>``); then the other charts, the by-release view (columns of one
 machine on several PyTorch releases fold into it), the notebooks with relative links, the hardware.
 Text from a stored column is shown as text: it can neither end a CSS string nor drive a terminal.
 """
@@ -23,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-import html
 import io
 import json
 import os
@@ -36,6 +38,8 @@ from pathlib import Path
 
 from nogradlab import __version__
 from nogradlab import claims as _claims
+from nogradlab.claims import display as _display
+from nogradlab.core import html as _html
 from nogradlab.core import device as _device
 from nogradlab.core import format as _format
 from nogradlab.run import outdir as _outdir
@@ -43,12 +47,12 @@ from nogradlab.run import outdir as _outdir
 __all__ = ["SCHEMA_PATH", "NOT_RUN", "schema", "validate", "machine_slug", "build_doc", "load_doc",
            "write_json", "load_references", "missing_entry", "verdict_word", "terminal_table",
            "render_html", "write_html", "charts", "color_default", "cell_name", "rejudged", "merge_docs",
-           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "by_release"]
+           "git_commit", "css_string", "plain_text", "shown_columns", "plain_line", "glance_line", "failing_figures",
+           "by_release"]
 
 SCHEMA_PATH = Path(__file__).with_name("schema") / "claims.schema.json"
 NOT_RUN = "not run"
-COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700", "inconclusive": "#8250df",
-           "not testable": "#57606a", "needs re-measuring": "#6e7781", NOT_RUN: "#bf3989"}
+COLOURS = dict(_html.VERDICT_COLOURS)  # one colour per verdict, in the report and the notebook's box alike
 _ANSI = {"holds": "32", "does not hold": "31", "depends": "33", "inconclusive": "35", "not testable": "90",
          "needs re-measuring": "90;3", NOT_RUN: "35;1"}
 
@@ -383,8 +387,10 @@ def plain_text(text) -> str:
 
 def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool | None" = None) -> str:
     """The verdict table as text: id, verdict (this run), one verdict column per reference, the
-    article's figure and the measured summary, wrapped to the terminal width (never cut). Only the
-    claims of ``doc`` (those asked for) are listed, in the reference lines too."""
+    article's figure and what was measured (the verdict display's first line, :func:`glance_line`; the
+    measured summary, rule and evidence are in claims.json, report.html and ``Result.details()``),
+    wrapped to the terminal width (never cut). Only the claims of ``doc`` (those asked for) are listed,
+    in the reference lines too."""
     if width is None:
         width = shutil.get_terminal_size((120, 24)).columns
     if color is None:
@@ -406,8 +412,8 @@ def terminal_table(doc: dict, refs=(), width: "int | None" = None, color: "bool 
         for m in ref_maps:
             rc = m.get(c["id"])
             cells.append(paint(verdict_word(rc["verdict"]) if rc else NOT_RUN, vw))
-        figs = textwrap.wrap(plain_text(c["figure"] or "-"), 12, break_on_hyphens=False) or ["-"]
-        summ = plain_text(" ".join(str(c["summary"]).split()))
+        figs = textwrap.wrap(plain_text(_display.figure_short(c["figure"]) or "-"), 12, break_on_hyphens=False) or ["-"]
+        summ = plain_text(glance_line(c))  # the verdict display's first line: the rest is in claims.json, report.html
         indent = " " * (sum(widths) + 2 * len(widths))
         if room < 40:  # too many columns for the terminal: the summary goes under its row, at full width
             lines.append(("  ".join(cells) + "  " + " ".join(figs)).rstrip())
@@ -610,6 +616,13 @@ overflow:hidden}.claims details[open] .cread,.claims details[open] .cfig{-webkit
 .claims .more{padding:4px 10px 10px 56px;border-bottom:1px solid #d8dee4;font-size:13px}
 .claims .more p{margin:6px 0}.refline{border-left:3px solid #d0d7de;padding-left:8px}
 table.conds{width:auto;max-width:100%;font-size:12px}
+/* the verdict display (nogradlab.claims.display): the row is its first line; the picture, then the rest folded */
+.picture{margin:6px 0}.picture svg{display:block;max-width:100%;height:auto}
+table.cases{width:auto;max-width:100%;font-size:12px}.nopic{margin:4px 0}
+details.fold>summary{cursor:pointer;color:#0969da;font-size:13px}.fold{overflow-wrap:anywhere}
+table.by-release td,table.by-release th{overflow-wrap:break-word;min-width:0}
+table.by-release .small{display:block}
+#failing-figures ul{margin:4px 0 8px;padding-left:20px}#failing-figures li{margin:2px 0}
 /* phones: each claim stacks (id and claim, the article's figure, the plain line, labelled chips),
    tables become labelled rows, charts fit the width (multi-panel charts come stacked, from a <picture>
    source): nothing needs sideways panning */
@@ -636,7 +649,12 @@ body{padding:10px 12px}h1{font-size:19px}
 #notebook-table td,#columns-table td{border:0;padding:2px 2px}
 #notebook-table td:empty{display:none}
 #notebook-table td::before{color:#57606a;font-size:12px;font-weight:400;margin-right:6px}
-table.by-release,table.conds{display:block;overflow-x:auto}
+table.conds{display:block;overflow-x:auto}
+table.by-release thead{display:none}table.by-release,table.by-release tbody,table.by-release tr{display:block}
+table.by-release tr{border-bottom:2px solid #d0d7de;padding:4px 0}
+table.by-release td{display:inline-block;border:0;vertical-align:top;padding:2px 6px 2px 0;max-width:100%}
+table.by-release td.id,table.by-release td.ctext{display:inline}
+table.by-release td[data-label]::before{content:attr(data-label);display:block;font-size:11px;color:#57606a}
 pre{white-space:pre-wrap;max-width:100%}figure{margin:10px 0}
 }
 """
@@ -680,16 +698,11 @@ def _figure_html(title: str, uri: str, caption: str) -> str:
     return f"<figure>{img}<figcaption><b>{_e(title)}.</b> {_e(caption)}</figcaption></figure>"
 
 
-def _badge(word: str) -> str:
-    return f'<span class="v" style="background:{COLOURS.get(word, "#000")}">{html.escape(word)}</span>'
+_badge = _html.badge
 
 
-def _e(x) -> str:
-    """HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)."""
-    text = "" if x is None else str(x)
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
-        text = "\n".join(plain_text(line).replace("\\x09", "\t") for line in text.split("\n"))
-    return html.escape(text)
+#: HTML text of ``x``: escaped, control characters shown as visible escapes (line breaks kept)
+_e = _html.esc
 
 
 def by_release(doc: dict, refs=()) -> list:
@@ -739,9 +752,11 @@ def _by_release_html(doc: dict, refs=()) -> str:
         head = "".join(f"<th>torch {_e(t)}<br><span class='small'>{_e(n)}</span></th>" for n, t in g["columns"])
         rows = []
         for c in g["changed"]:
-            cells = "".join(f"<td><details><summary>{_badge(w)}</summary><span class='small'>{_e(r)}</span>"
-                            f"</details></td>" for w, r in zip(c["verdicts"], c["readings"]))
-            rows.append(f"<tr><td class='id'>{_e(c['id'])}</td><td>{_e(_claims.get(c['id']).paraphrase)}</td>{cells}</tr>")
+            cells = "".join(f"<td data-label='torch {_e(t)}, {_e(n)}'><details><summary>{_badge(w)}</summary>"
+                            f"<span class='small'>{_e(r)}</span></details></td>"
+                            for (n, t), w, r in zip(g["columns"], c["verdicts"], c["readings"]))
+            rows.append(f"<tr><td class='id'>{_e(c['id'])}</td><td class='ctext'>{_e(_claims.get(c['id']).paraphrase)}"
+                        f"</td>{cells}</tr>")
         body = "".join(rows) or f"<tr><td colspan='{2 + len(g['columns'])}'>no verdict changed</td></tr>"
         parts.append(f"<p><b>{_e(g['device_type'])}, scale {_e(g['scale'])}</b></p><table class='by-release'>"
                      f"<thead><tr><th>id</th><th>claim</th>{head}</tr></thead><tbody>{body}</tbody></table>")
@@ -810,6 +825,18 @@ def _age(meta: dict, now: str) -> str:
     return f"{days} day{'s' if days != 1 else ''} before this run"
 
 
+def glance_line(entry: dict) -> str:
+    """A claim row's words: the verdict display's first line (:func:`nogradlab.claims.display.headline`)
+    without the verdict and the article's figure, which the row shows in their own cells."""
+    text = _display.headline(entry)
+    verdict = entry.get("verdict") or NOT_RUN
+    text = text[len(verdict) + 1:].lstrip() if text.startswith(verdict + ":") else text
+    fig = _display.figure_short(entry.get("figure"))
+    if fig and text.startswith(f"article {fig}; "):
+        text = text[len(f"article {fig}; "):]
+    return "Measured" + text[len("measured"):] if text.startswith("measured ") else text
+
+
 def plain_line(entry: dict) -> str:
     """The claim's answer in one line of plain words: its judge's reading, else the measured
     summary's first sentence."""
@@ -834,21 +861,6 @@ def _chip(entry, label: str) -> str:
             f"{_badge(word)}{tag}</span>")
 
 
-def _conditions_html(conds) -> str:
-    rows = []
-    for c in conds or []:
-        if not isinstance(c, dict):
-            continue
-        ci = c.get("ci")
-        ci = f"[{_num(ci[0])}, {_num(ci[1])}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else ""
-        rows.append(f"<tr><td>{_e(c.get('condition', ''))}</td><td>{_e(_num(c.get('value')))}</td>"
-                    f"<td>{_e(ci)}</td><td>{_e(c.get('reading', ''))}</td></tr>")
-    if not rows:
-        return ""
-    return ("<table class='conds'><thead><tr><th>condition</th><th>value</th><th>95 % CI</th><th>reading</th>"
-            f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
-
-
 _num = _format.number
 
 
@@ -856,46 +868,45 @@ _MEASUREMENTS_CHARS = 6000  # the raw measurements shown per claim; claims.json 
 
 
 def _claim_details(c: dict, nb_html: dict, columns, folded) -> str:
-    """What opens under a claim: this run's measured figures, the rule, what the verdict stands on,
-    the judged conditions, the raw measurements, and each reference column's verdict and figures."""
+    """What opens under a claim: the verdict display's picture (:func:`nogradlab.claims.display.picture_html`:
+    the conditions against the article's band, or its cases, or a line saying there is none; the row above
+    is its first line), then, folded: the rule, the evidence, this run's measured figures and conditions,
+    this machine's own figures, the raw measurements and each reference column's verdict and figures."""
     parts = []
     link = ""
     if c.get("notebook"):
         href = nb_html.get(c["notebook"])
-        link = (f" <a class='small' href='{_e(href)}'>{_e(c['notebook'])}</a>" if href
-                else f" <span class='small'>({_e(c['notebook'])})</span>")
+        link = (f"<p>Checked in {'<a href=' + chr(39) + _e(href) + chr(39) + '>' if href else ''}"
+                f"{_e(c['notebook'])}{'</a>' if href else ''}.</p>")
     if c.get("figure"):
         parts.append(f"<p><b>The article's figure.</b> {_e(c['figure'])}</p>")
-    parts.append(f"<p><b>Measured, this run.</b> {_e(c.get('summary'))}{link}</p>")
-    if c.get("rule"):
-        parts.append(f"<p class='rule'><i>rule:</i> {_e(c['rule'])}</p>")
-    scope = c.get("scope") if isinstance(c.get("scope"), dict) else {}
-    if scope.get("text"):
-        parts.append(f"<p><b>Evidence.</b> {_e(scope['text'])}"
-                     + (f" <b class='old'>({_e(_stale(c))})</b>" if _stale(c) else "") + "</p>")
+    if _stale(c):
+        parts.append(f"<p><b class='old'>({_e(_stale(c))})</b></p>")
+    parts.append(link)
     local = c.get("local")
     if isinstance(local, dict) and local.get("verdict"):
         parts.append(f"<p><b>This machine's own figures</b> ({_badge(verdict_word(local['verdict']))}): "
                      f"{_e(local.get('summary', ''))}</p>")
-    parts.append(_conditions_html(c.get("conditions")))
+    after = []
     if c.get("measurements"):
         text = json.dumps(c["measurements"], indent=1, default=str)
         cut = len(text) > _MEASUREMENTS_CHARS
         text = text[:_MEASUREMENTS_CHARS] + ("\n… (cut here: claims.json holds all of it)" if cut else "")
-        parts.append(f"<details class='raw'><summary>measurements (raw)</summary><pre>{_e(text)}</pre></details>")
+        after.append(f"<details class='raw'><summary>measurements (raw)</summary><pre>{_e(text)}</pre></details>")
     for label, name, _r, rc in columns + folded:
         if rc is None:
-            parts.append(f"<p class='refline'>{_badge(NOT_RUN)} <b>{_e(label)}</b> ({_e(name)})</p>")
+            after.append(f"<p class='refline'>{_badge(NOT_RUN)} <b>{_e(label)}</b> ({_e(name)})</p>")
             continue
         was = rc.get("stored_verdict")
         was = (f" <span class='small stored-verdict'>stored verdict, by the rule of its day: "
                f"{_e(verdict_word(was))}</span>" if was is not None and was != rc["verdict"] else "")
         old = _stale(rc)
-        parts.append(f"<p class='refline'>{_badge(verdict_word(rc['verdict']))} <b>{_e(label)}</b> "
+        after.append(f"<p class='refline'>{_badge(verdict_word(rc['verdict']))} <b>{_e(label)}</b> "
                      f"<span class='small'>({_e(name)}; judged by today&#39;s rules)</span>"
                      + (f" <b class='old'>{_e(old)}</b>" if old else "")
                      + f"{was}<br><span class='small'>{_e(rc.get('summary'))}</span></p>")
-    return "".join(parts)
+    return (f"<div class='picture'>{_display.picture_html(c)}</div>"
+            + _display.folded_html(c, before="".join(parts), after="".join(after)))
 
 
 def _columns_html(doc: dict, shown, folded) -> str:
@@ -948,12 +959,33 @@ def _claims_html(doc: dict, nb_html: dict, shown, folded) -> str:
             f"<details class='claim' id='claim-{_e(c['id'])}' data-claim='{_e(c['id'])}' data-verdict='{_e(word)}'>"
             f"<summary class='row'><span class='cell cid'>{_e(c['id'])}</span>"
             f"<span class='cell ctext'>{_e(c['paraphrase'])}</span>"
-            f"<span class='cell cfig'><span class='lbl'>article:</span>{_e(c['figure'] or '—')}</span>"
-            f"<span class='cell cread'>{_e(plain_line(c))}</span>{chips}</summary>"
+            f"<span class='cell cfig' title='{_e(c['figure'] or '')}'><span class='lbl'>article:</span>"
+            f"{_e(_display.figure_short(c['figure']) or '—')}</span>"
+            f"<span class='cell cread'>{_e(glance_line(c))}</span>{chips}</summary>"
             f"<div class='more'>{_claim_details(c, nb_html, cols, fcols)}</div></details>")
-    return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for the measured "
-            f"figures, the rule, the evidence and every column's reading. {_legend()}</p>"
+    return (f"<h2 id='claims'>The claims</h2><p class='small'>One row per claim; click a row for its picture (each "
+            f"condition a dot with its interval against the article's band, shaded), and under it the rule, the "
+            f"evidence, the measured figures and every column's reading. {_legend()}</p>"
             f"<div id='verdict-table' class='claims' style='--k:{k}'>{head}{''.join(items)}</div>")
+
+
+def failing_figures(doc: dict) -> list:
+    """The article's figures this run finds do not hold: ``[(id, figure, what was measured)]``, in id order
+    (the claims with a figure of the article's and the verdict "does not hold")."""
+    return [(c["id"], _display.figure_short(c["figure"]), glance_line(c)) for c in doc["claims"]
+            if c.get("figure") and c.get("verdict") == "does not hold"]
+
+
+def _failing_figures_html(doc: dict) -> str:
+    """The page's top: the article's figures that do not hold, each linked to its row, before any table."""
+    items = failing_figures(doc)
+    if not items:
+        return ("<p id='failing-figures'>Every figure of the article this run judged holds, depends or is "
+                "undecided: none is contradicted.</p>")
+    li = "".join(f"<li><a href='#claim-{_e(cid)}'><b>{_e(cid)}</b></a> the article&#39;s <b>{_e(fig)}</b>: "
+                 f"{_e(line)}</li>" for cid, fig, line in items)
+    return (f"<div id='failing-figures'><p><b>The article's figures that do not hold here ({len(items)}):</b></p>"
+            f"<ul>{li}</ul></div>")
 
 
 def _legend() -> str:
@@ -992,6 +1024,7 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             why.append(f"{not_run} claim(s) not run")
         status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
     parts.append(f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>")
+    parts.append(_failing_figures_html(doc))
     sections = [("where", "what ran where"), ("claims", "the claims")]
     lead = _lead_titles()
     charts_rest = [ch for ch in chart_list if ch[0] not in lead]

@@ -193,7 +193,7 @@ def _browser(p):
 
 def test_verdict_boxes_are_at_most_eight_lines_until_opened(lab):
     """The tallest verdict boxes (C03, C20, C04, C25, C01) in JupyterLab at 1280 px: each is at most
-    8 lines of its own text tall before its details are opened, and no wider than its cell."""
+    8 lines of its own text tall (its picture aside) before its details are opened, and no wider than its cell."""
     base, token = lab
     with sync_api.sync_playwright() as p:
         browser = _browser(p)
@@ -205,8 +205,10 @@ def test_verdict_boxes_are_at_most_eight_lines_until_opened(lab):
             assert boxes.count() == 5
             sizes = page.evaluate("""() => [...document.querySelectorAll('.jp-OutputArea-output .nogradlab-result')].map(b => {
                 const lh = parseFloat(getComputedStyle(b.firstElementChild).lineHeight);
+                const pic = b.querySelector('.picture');  // the verdict display's one picture: not text lines
                 const cell = b.closest('.jp-OutputArea-output').getBoundingClientRect().width;
-                return {lines: b.getBoundingClientRect().height / lh, width: b.getBoundingClientRect().width,
+                const h = b.getBoundingClientRect().height - (pic ? pic.getBoundingClientRect().height : 0);
+                return {lines: h / lh, width: b.getBoundingClientRect().width,
                         cell: cell, text: b.innerText.slice(0, 60)}; })""")
             for sz in sizes:
                 assert sz["lines"] <= 8, sz

@@ -37,10 +37,13 @@ def test_report_in_headless_chromium(tmp_path):
             header = page.locator("#verdict-table .head").inner_text()
             assert "Fake GPU H999" in header
             assert ref["meta"]["machine"] in page.locator("#columns-table").inner_text()
-            # a claim's measured figures, rule and each column's reading open on click, on the same page
+            # a claim opens on its picture (or a line saying it has none); its rule, measured figures and each
+            # column's reading are one more click away, folded, on the same page
             row = page.locator("#verdict-table [data-claim='C01']")
             assert not row.locator(".rule").is_visible()
             row.locator("summary.row").click()
+            assert row.locator(".picture").is_visible() and not row.locator(".rule").is_visible()
+            row.locator("details.fold > summary").click()
             assert row.locator(".rule").is_visible() and "fake summary 0 <b>" in row.locator(".more").inner_text()
             assert "Fake GPU H999" in row.locator(".refline").first.inner_text()
             imgs = page.locator("img")

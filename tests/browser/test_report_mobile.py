@@ -130,3 +130,37 @@ def test_a_hostile_reference_name_neither_restyles_the_phone_page_nor_fetches_an
         finally:
             browser.close()
     assert asked == []
+
+
+def test_the_by_release_table_fits_at_1280_and_390_px(tmp_path):
+    """The "By release" table of the committed columns (one CPU on three PyTorch releases): no cell scrolls
+    sideways and the table is no wider than its box, at 1280 and 390 px (its "this run" column was off-screen)."""
+    from test_report import ROOT
+
+    cpu = ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"
+    if not CHROMIUM.exists() or not cpu.is_file():
+        pytest.skip("needs /usr/bin/chromium and the committed CPU column")
+    from playwright.sync_api import sync_playwright
+
+    doc = report.rejudged(report.load_doc(cpu))
+    refs = report.load_references(ROOT / "results")
+    if not report.by_release(doc, refs):
+        pytest.skip("no machine on several releases among the committed columns")
+    path = report.write_html(doc, tmp_path, refs=refs)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+            page.goto(path.resolve().as_uri())
+            for w in (1280, 390):
+                page.set_viewport_size({"width": w, "height": 900})
+                page.eval_on_selector_all("table.by-release details", "ds => ds.forEach(d => d.open = true)")
+                tables = page.eval_on_selector_all("table.by-release", """ts => ts.map(t => ({
+                    scroll: t.scrollWidth, client: t.clientWidth, right: t.getBoundingClientRect().right}))""")
+                assert tables, "no By release table"
+                for t in tables:
+                    assert t["scroll"] <= t["client"] and t["right"] <= w, (w, t)
+                width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
+                assert width <= w, (w, width)
+        finally:
+            browser.close()

@@ -149,7 +149,8 @@ def test_notebook_display_shows_reading_rule_and_collapsed_evidence():
                       figure="20-40 %", paraphrase="p", rule=rules.RULES["C03"].text, scale="tiny")
     h = r._repr_html_()
     assert "It depends on the batch." in h and "<b>Rule.</b>" in h and rules.RULES["C03"].text[:40] in h
-    assert h.index("<details>") < h.index("<b>Rule.</b>")  # the rule is one click away, not in front
+    assert h.index("<details class='fold'>") < h.index("<b>Rule.</b>")  # the rule is one click away, not in front
+    assert str(r) == "C03 depends: article 20-40 %; It depends on the batch."  # no conditions: the judge's line
     assert "<details><summary>measurements</summary>" in h
     assert "3.00 MiB" in h and "250 \u00b5s" in h and "23.4%" in h and "1.20 \u00b5s" in h
     assert "x" * 300 in h and "\u2026" not in h  # no cell cut
@@ -189,7 +190,7 @@ def test_gpu_column_is_committed_and_judged_by_todays_rules():
     this = report.build_doc([claims.check("C06", device="cpu", scale="tiny")], source="claims",
                             device="cpu", scale="tiny")
     page = report.render_html(this, refs=[("cuda-nvidia-h200", judged)], chart_list=[])
-    assert "judged by today&#39;s rules" in page and "<i>rule:</i>" in page
+    assert "judged by today&#39;s rules" in page and "<p class='rule'><b>Rule.</b>" in page
 
 
 def test_real_search_knob_is_checked_before_work():

@@ -342,7 +342,7 @@ def test_the_notebook_box_says_which_way_each_condition_disagrees():
     r = claims.Result(id="C18", verdict=j.verdict, summary=j.summary, measurements={}, conditions=j.conditions,
                       reading_text=j.reading)
     html = r._repr_html_()
-    assert "3 disagree (2 above, 1 below the article) of 3 conditions" in html
+    assert "3 conditions (1 below, 2 above)" in html.split("<svg")[0]  # the first line, before the picture
     assert "disagrees (above)" in html and "disagrees (below)" in html
 
 

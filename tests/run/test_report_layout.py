@@ -99,3 +99,44 @@ def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
             assert page.evaluate(width) <= 390
         finally:
             browser.close()
+
+
+# an opened claim's words outside its folded parts: innerText skips the contents of a closed <details>
+OPENED_WORDS = """() => [...document.querySelectorAll('#verdict-table details.claim')].map(d => { d.open = true;
+  const n = d.innerText.split(/\\s+/).filter(w => w).length; d.open = false;
+  return {id: d.dataset.claim, words: n, picture: !!d.querySelector('.picture svg')}; })"""
+
+
+def test_an_opened_row_reads_in_120_words_with_its_picture_and_the_failing_figures_lead(stored_report):
+    """Each opened claim of the committed columns reads at most 120 words outside its folded record (it read
+    a median of 654 and up to 3,871 when everything lay open); every claim whose conditions have figures
+    against an article's band shows them as a picture; the top names the article's figures that do not hold."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    import statistics
+
+    from playwright.sync_api import sync_playwright
+
+    from nogradlab.claims import display
+
+    path, doc, _ = stored_report
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
+            page.goto(path.resolve().as_uri())
+            rows = page.evaluate(OPENED_WORDS)
+            top = page.locator("#failing-figures").bounding_box()["y"]
+            assert top < page.locator("#where").bounding_box()["y"]
+            failing = page.locator("#failing-figures").inner_text()
+        finally:
+            browser.close()
+    assert len(rows) == len(claims.ids())
+    words = [r["words"] for r in rows]
+    assert max(words) <= 120, sorted(rows, key=lambda r: -r["words"])[:3]
+    assert statistics.median(words) <= 80, statistics.median(words)
+    by_id = {c["id"]: c for c in doc["claims"]}
+    with_band = {r["id"] for r in rows if display.points(by_id[r["id"]])}
+    assert with_band and {r["id"] for r in rows if r["picture"]} == with_band
+    for cid, fig, _line in report.failing_figures(doc):
+        assert by_id[cid]["verdict"] == "does not hold" and cid in failing and fig in failing

@@ -1,0 +1,105 @@
+"""The one verdict display (nogradlab.claims.display): a first line of at most 25 words, one picture of the
+conditions against the article's band, the rest folded; the same in the notebook's Result, the report and
+the terminal, and a figure reads the same in each."""
+import statistics
+
+import pytest
+
+from nogradlab import claims
+from nogradlab.claims import display
+from nogradlab.run import report
+from test_shared_conditions_and_rules import ROOT
+
+COLUMNS = sorted((ROOT / "results").glob("*/claims.json"))
+
+
+def _c09(value, ci=None):
+    return claims.Result(id="C09", verdict="does not hold", figure="up to ~2.5x", summary="measured 1.15x",
+                         measurements={"x": 1}, rule=claims.rule("C09"), scale="tiny",
+                         conditions=[{"condition": "resnet50 12 GiB", "value": value, "ci": ci,
+                                      "reading": "disagrees", "side": "below"}])
+
+
+@pytest.mark.parametrize("path", COLUMNS, ids=[p.parent.name for p in COLUMNS])
+def test_every_stored_entrys_first_line_holds_the_verdict_in_25_words(path):
+    doc = report.rejudged(report.load_doc(path))
+    lengths = []
+    for c in doc["claims"]:
+        line = display.headline(c)
+        assert line.startswith(f"{c['verdict'] or 'not run'}: "), line
+        assert len(line.split()) <= display.MAX_WORDS, line
+        if c.get("figure"):
+            assert f"article {display.figure_short(c['figure'])}" in line, line
+        lengths.append(len(line.split()))
+        text = display.details_text(c)
+        assert text.splitlines()[0] == f"{c['id']} {line}" and c["rule"] in text
+    assert statistics.median(lengths) <= display.MAX_WORDS
+
+
+def test_a_speed_up_reads_the_same_in_the_first_line_the_picture_and_the_tables():
+    """It read '1.15x' in a claim's summary and '1.15' in the conditions table beneath it."""
+    r = _c09(1.15, [1.05, 1.22])
+    assert "1.15\u00d7 [1.05\u00d7, 1.22\u00d7]" in str(r)
+    box = r._repr_html_()
+    assert "<td>1.15\u00d7</td><td>[1.05\u00d7, 1.22\u00d7]</td>" in box and "<td>1.15</td>" not in box
+    doc = report.build_doc([r], source="claims", device="cpu", scale="tiny", only=["C09"])
+    page = report.render_html(doc, chart_list=[])
+    assert "<td>1.15\u00d7</td><td>[1.05\u00d7, 1.22\u00d7]</td>" in page and "<td>1.15</td>" not in page
+    assert "1.15\u00d7 [1.05\u00d7, 1.22\u00d7]" in report.terminal_table(doc, width=200)
+
+
+def test_the_result_shows_line_picture_then_the_folded_rest():
+    r = _c09(1.15, [1.05, 1.22])
+    box = r._repr_html_()
+    first, picture, fold = box.index("class='glance'"), box.index("<svg"), box.index("<details class='fold'>")
+    assert first < picture < fold < box.index("<b>Rule.</b>") and box.count("<svg") == 1
+    assert len(str(r).split()) <= 1 + display.MAX_WORDS and "\n" not in str(r)
+    assert claims.rule("C09") in r.details() and "resnet50 12 GiB: 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] disagrees (below)" \
+        in r.details()
+
+
+def test_a_claim_without_figures_against_a_band_says_so_or_lists_its_cases():
+    plain = claims.Result(id="C06", verdict="holds", summary="x * 3 inside no_grad: requires_grad False.",
+                          measurements={}, rule=claims.rule("C06"))
+    box = plain._repr_html_()
+    assert "<svg" not in box and "no picture: the verdict rests on observations" in box
+    cases = claims.Result(id="C15", verdict="holds", summary="s", measurements={}, rule=claims.rule("C15"),
+                          conditions=[{"condition": "resnet50", "value": 0.0, "ci": None, "reading": "agrees"}])
+    box = cases._repr_html_()
+    assert "<svg" not in box and "<table class='cases'>" in box and "resnet50: 0" in box
+
+
+def test_estimated_conditions_are_marked_apart_from_measured_ones():
+    entry = {"id": "C18", "verdict": "does not hold", "scope": {"basis": "estimated + reference"},
+             "conditions": [{"condition": "mlp@256 (estimate)", "value": 0.0, "ci": None, "reading": "disagrees"},
+                            {"condition": "resnet50@32", "value": 0.3, "ci": [0.25, 0.35], "reading": "agrees"}]}
+    (pts,) = display.points(entry).values()
+    assert [p.estimated for p in pts] == [True, False]
+    svg = display.picture_html(entry)
+    assert svg.count("<path") == 1 and svg.count("<circle") == 1 and "diamond: estimated" in svg
+
+
+def test_a_stored_columns_odd_conditions_are_shown_without_a_crash():
+    """A stored column is read as it is: conditions that are no dict, figures that are no number, a band
+    whose edges are no numbers are left out of the picture (shown as cases), never a traceback."""
+    entry = {"id": "C03", "verdict": "needs re-measuring", "figure": "20-40 %", "summary": "s",
+             "conditions": ["x", None, {"condition": None, "value": "9", "ci": ["a", "b"], "reading": 3},
+                            {"condition": "c", "value": True, "ci": [True, False]},
+                            {"condition": "d", "value": 0.3, "ci": [0.2], "band": {"edges": ["a", None], "unit": "%"}},
+                            {"condition": "e", "value": 0.3, "band": {"edges": [0.2, 0.4], "unit": "?"}}]}
+    assert display.points(entry) == {}
+    assert len(display.headline(entry).split()) <= display.MAX_WORDS
+    page = display.glance_html(entry) + display.folded_html(entry) + display.details_text(entry)
+    assert "<svg" not in page and "<table class='cases'>" in page
+    (pts,) = display.points(dict(entry, conditions=[{"condition": "f", "value": 0.3, "ci": [0.2, 0.4],
+                                                     "reading": "agrees"}])).values()
+    assert pts[0].band == (0.2, 0.4) and (pts[0].lo, pts[0].hi) == (0.2, 0.4)  # the rule's band
+
+
+def test_the_terminal_row_is_the_first_line_with_a_long_figure_shortened():
+    r = _c09(1.15, [1.05, 1.22])
+    r.figure = "ResNet-50 30-35 % / 25-30 % / 1.8-2.2x; Transformer-base 25-30 % / 20-25 % / 1.6-1.9x"
+    doc = report.build_doc([r], source="claims", device="cpu", scale="tiny", only=["C09"])
+    rows = report.terminal_table(doc, width=120).splitlines()[1:-1]
+    assert "Transformer" not in "\n".join(rows) and len(rows) <= 3, rows
+    assert display.headline(r.to_dict()).endswith("measured 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] (resnet50 12 GiB), disagrees")
