@@ -660,10 +660,13 @@ def _program(workload, scale: str, mode: str, dev: str, fast=None) -> "Program |
         return hit
     from nogradlab.estimate import programs as _store
 
-    cached = _store.load(workload, scale, mode, dev, fast)
-    if cached is not None:
-        _PROGRAMS[k] = cached
-        return cached
+    kept = _store.load(workload, scale, mode, dev, fast)
+    if kept is not None:
+        try:
+            _PROGRAMS[k] = prog = Program(**kept)
+            return prog
+        except (ValueError, TypeError, IndexError):
+            pass  # its traces are not one line in the batch: not a program, made again
 
     def recorded(b):
         return _trace(workload, scale, mode, b, dev, "native", 0, fast)

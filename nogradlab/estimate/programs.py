@@ -109,10 +109,9 @@ def _events(x) -> list:
     return [_tuples(e) for e in x]
 
 
-def load(workload, scale: str, mode: str, dev: str, fast):
-    """The kept program of this step, or None (none kept, not ours, or not to be trusted)."""
-    from nogradlab.estimate.batch import Program
-
+def load(workload, scale: str, mode: str, dev: str, fast) -> "dict | None":
+    """The kept program of this step as ``Program``'s fields (``source="cache"``), or None (none kept, not
+    ours, or not to be trusted). The caller still checks that its traces are one line in the batch."""
     key = _key(workload, scale, mode, dev, fast)
     path = _path(key) if key is not None else None
     if path is None or not os.path.exists(path):
@@ -125,10 +124,9 @@ def load(workload, scale: str, mode: str, dev: str, fast):
         payload = entry["payload"]
         if entry.get("sha256") != _checksum(payload):
             return None
-        return Program(a=int(payload["a"]), ev_a=_events(payload["ev_a"]), b=int(payload["b"]),
-                       ev_b=_events(payload["ev_b"]), checked=tuple(int(c) for c in payload["checked"]),
-                       lowest=int(payload["lowest"]),
-                       notes=tuple(str(n) for n in payload["notes"]), source="cache")
+        return dict(a=int(payload["a"]), ev_a=_events(payload["ev_a"]), b=int(payload["b"]),
+                    ev_b=_events(payload["ev_b"]), checked=tuple(int(c) for c in payload["checked"]),
+                    lowest=int(payload["lowest"]), notes=tuple(str(n) for n in payload["notes"]), source="cache")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # cut short, hand-edited, not a trace: made again
 

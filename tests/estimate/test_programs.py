@@ -140,7 +140,12 @@ def test_a_damaged_entry_is_ignored_and_made_again(cache, monkeypatch, damage):
         entry["payload"]["ev_b"] = entry["payload"]["ev_b"][:-1]
         entry["sha256"] = programs._checksum(entry["payload"])
         path.write_text(json.dumps(entry))
-    assert programs.load("unet", "tiny", "eval+no_grad", "cuda:0", fast) is None
+    kept = programs.load("unet", "tiny", "eval+no_grad", "cuda:0", fast)
+    if damage == "a line no more":
+        with pytest.raises(ValueError, match="not one line"):
+            batch.Program(**kept)
+    else:
+        assert kept is None
     batch._forget_estimates()
     seen = _traces(monkeypatch)
     again = batch._program("unet", "tiny", "eval+no_grad", "cuda:0", fast)
@@ -150,7 +155,7 @@ def test_a_damaged_entry_is_ignored_and_made_again(cache, monkeypatch, damage):
         assert path.read_bytes() == b"\x00\xff" * 10
         assert programs.load("unet", "tiny", "eval+no_grad", "cuda:0", fast) is None
     else:
-        assert programs.load("unet", "tiny", "eval+no_grad", "cuda:0", fast) is not None  # written again, whole
+        assert batch.Program(**programs.load("unet", "tiny", "eval+no_grad", "cuda:0", fast))  # written again, whole
 
 
 def test_a_torch_upgrade_makes_a_new_entry_and_leaves_the_old(cache, monkeypatch):
