@@ -592,6 +592,7 @@ class Program:
     checked: tuple
     lowest: int = 1  # the smallest batch the line serves (smaller ones are traced)
     notes: tuple = ()
+    own: dict = field(default_factory=dict)  # batch below ``lowest`` -> its own trace (the ones checked)
     source: str = "traced"  # or "cache": read from the cache folder
     replays: dict = field(default_factory=dict, repr=False, compare=False)  # (n, allocator, held) -> peaks
 
@@ -601,10 +602,12 @@ class Program:
             raise ValueError("the two traces are not one line in the batch")
 
     def serves(self, n: int) -> bool:
-        return n >= self.lowest
+        return n >= self.lowest or n in self.own
 
     def recorded(self, n: int) -> list:
-        """The trace at batch ``n`` (at least :attr:`lowest`), workspace calls as calls."""
+        """The trace at batch ``n`` (at least :attr:`lowest`, or one of :attr:`own`), workspace calls as calls."""
+        if n in self.own:
+            return self.own[n]
         if n < self.lowest:
             raise ValueError(f"batch {n} lies below the batches this program serves (from {self.lowest})")
         return self._at(n)
@@ -618,7 +621,10 @@ class Program:
         return ([("alloc", ("held",), int(held))] + out) if held else out
 
     def describe(self) -> str:
-        below = "" if self.lowest == 1 else f"; batches under {self.lowest} traced, as trials"
+        below = "" if self.lowest == 1 else (
+            f"; batch{'es' if len(self.own) > 1 else ''} {', '.join(map(str, sorted(self.own)))} off the line, "
+            f"kept as traced" + (f", other batches under {self.lowest} traced as trials"
+                                 if set(self.own) != set(range(1, self.lowest)) else ""))
         return (f"the step's allocation program (traces at batches {self.a} and {self.b} fitted as a line in "
                 f"the batch, workspaces from each operator's shape, checked at batches "
                 f"{', '.join(map(str, sorted(self.checked)))}{below}"
@@ -689,15 +695,16 @@ def _program(workload, scale: str, mode: str, dev: str, fast=None) -> "Program |
     if why is not None:
         _PROGRAMS[k] = why
         return why
-    traced, lowest = [rc], PROGRAM_CHECK
+    traced, lowest, own = [rc], PROGRAM_CHECK, {}
     for small in PROGRAM_SMALL:
         r = recorded(small)
         traced.append(r)
         if at(small) == r[4]:
             lowest = small
             break
+        own[small] = r[4]  # off the line: kept as it is (a search starts at batch 1)
     notes = tuple(dict.fromkeys(n for r in [ra, rb] + traced for n in r[3]))
-    prog = Program(a=a, ev_a=ra[4], b=b, ev_b=rb[4], lowest=lowest, notes=notes,
+    prog = Program(a=a, ev_a=ra[4], b=b, ev_b=rb[4], lowest=lowest, notes=notes, own=own,
                    checked=(PROGRAM_CHECK,) + ((lowest,) if lowest != PROGRAM_CHECK else ()))
     _PROGRAMS[k] = prog
     _store.save(workload, scale, mode, dev, fast, prog)

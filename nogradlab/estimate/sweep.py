@@ -38,6 +38,18 @@ def with_seq_len(wl: workloads.Workload, seq_len: int) -> workloads.Workload:
 
 @functools.lru_cache(maxsize=2048)
 def _estimate_cached(name, scale, batch, setting, device, seq_len):
+    from nogradlab.estimate import programs
+
+    fast = None
+    if str(device) == "cuda":  # the fused fast path is modelled on CUDA: its switch decides the estimate
+        mha = getattr(torch.backends, "mha", None)
+        fast = mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
+    fields = {"workload": name, "mode": str(setting), "scale": scale, "batch": int(batch), "device": str(device),
+              "seq_len": seq_len, "fast": fast}
+    return programs.remembered("row", fields, lambda: _estimate_now(name, scale, batch, setting, device, seq_len))
+
+
+def _estimate_now(name, scale, batch, setting, device, seq_len):
     wl = workloads.get(name, scale)
     if seq_len is not None:
         wl = with_seq_len(wl, seq_len)
