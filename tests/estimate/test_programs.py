@@ -201,3 +201,32 @@ def test_your_own_model_is_not_kept(cache):
     own = ownmodel.Model(lambda: torch.nn.Linear(8, 8), (8,))
     assert isinstance(batch._program(own, "", "grad", "cuda:0", None), batch.Program)
     assert not cache.exists()
+
+
+def test_a_memory_row_is_kept_and_a_damaged_one_made_again(cache):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return (1, 2, 3, 4, ("a note",))
+
+    fields = {"workload": "mlp", "mode": "train", "batch": 8}
+    assert programs.remembered("row", fields, compute) == (1, 2, 3, 4, ("a note",))
+    assert programs.remembered("row", fields, compute) == (1, 2, 3, 4, ("a note",)) and len(calls) == 1
+    (path,) = list(cache.iterdir())
+    entry = json.loads(path.read_text())
+    entry["payload"]["value"][0] = 999  # the checksum no longer holds
+    path.write_text(json.dumps(entry))
+    assert programs.remembered("row", fields, compute) == (1, 2, 3, 4, ("a note",)) and len(calls) == 2
+    assert programs.remembered("row", {**fields, "batch": 9}, compute) and len(calls) == 3  # another key
+
+
+def test_the_rows_of_a_check_are_read_back_equal(cache):
+    from nogradlab.estimate import sweep
+
+    sweep._estimate_cached.cache_clear()
+    first = sweep.estimate_row("mlp", 4, "eval+no_grad", device="cuda", scale="tiny")
+    sweep._estimate_cached.cache_clear()  # a new process
+    again = sweep.estimate_row("mlp", 4, "eval+no_grad", device="cuda", scale="tiny")
+    assert first == again and any(p.name.startswith("row-mlp-") for p in cache.iterdir())
+    sweep._estimate_cached.cache_clear()
