@@ -496,13 +496,14 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
 # the estimate's search on a (virtual) CUDA device: one allocation program serves every batch
 
 
-#: the batches a program is fitted through, and the one it is checked at
+#: the batches a program is fitted through
 PROGRAM_FIT = (16, 64)
-PROGRAM_CHECK = 17
-#: the small batches checked against the line, in turn, until one lies on it: below that batch a step
-#: can differ (a transpose of a dimension of size 1 is a view, not a copy; the transformer's training
-#: step at batch 2), and those batches are traced, as trials, not replayed
+#: the small batches checked against the line, in turn, until one lies on it (a third batch on the line:
+#: the check). Below that batch a step can differ (a transpose of a dimension of size 1 is a view, not a
+#: copy; the transformer's training step at batch 2): those batches keep their own traces
 PROGRAM_SMALL = (1, 2, 4, 8)
+#: the batch checked where none of the small ones lies on the line (the line then serves from 16)
+PROGRAM_CHECK = 17
 
 
 def _affine_events(ev_a: list, a: int, ev_b: list, b: int):
@@ -580,8 +581,9 @@ class Program:
     """The allocation program of one step (a model, a mode, its dtype, on the modelled GPU): the trace
     at any batch from traces at two batches (:data:`PROGRAM_FIT`), every tensor's bytes affine in the
     batch and each library workspace computed from its operator's shape at that batch (the table of
-    ``nogradlab.cudamodel``). Checked when made: its trace at :data:`PROGRAM_CHECK` equals the one
-    traced there, event for event. A search, or a new budget, then costs replays through the allocator's
+    ``nogradlab.cudamodel``). Checked when made: its trace at a third batch (the first of
+    :data:`PROGRAM_SMALL` on the line, else :data:`PROGRAM_CHECK`) equals the one traced there, event for
+    event. A search, or a new budget, then costs replays through the allocator's
     model, not traces. ``lowest``: the smallest batch the line serves (checked there; a smaller batch is
     traced, as a trial). ``notes``: the estimate's notes of the traced batches."""
 
@@ -626,7 +628,7 @@ class Program:
             f"kept as traced" + (f", other batches under {self.lowest} traced as trials"
                                  if set(self.own) != set(range(1, self.lowest)) else ""))
         return (f"the step's allocation program (traces at batches {self.a} and {self.b} fitted as a line in "
-                f"the batch, workspaces from each operator's shape, checked at batches "
+                f"the batch, workspaces from each operator's shape, checked at batch "
                 f"{', '.join(map(str, sorted(self.checked)))}{below}"
                 f"{'; kept from an earlier run' if self.source == 'cache' else ''})")
 
@@ -684,28 +686,30 @@ def _program(workload, scale: str, mode: str, dev: str, fast=None) -> "Program |
     a, b = PROGRAM_FIT
     ra, rb = recorded(a), recorded(b)
     at = _affine_events(ra[4], a, rb[4], b)
-    why = None
     if at is None:
-        why = (f"the allocation traces of batches {a} and {b} are not the same operations (shapes or "
-               "control flow change with the batch)")
-    else:
-        rc = recorded(PROGRAM_CHECK)
-        if at(PROGRAM_CHECK) != rc[4]:
-            why = f"the trace at batch {PROGRAM_CHECK} is not on the line through batches {a} and {b}"
-    if why is not None:
-        _PROGRAMS[k] = why
+        _PROGRAMS[k] = why = (f"the allocation traces of batches {a} and {b} are not the same operations (shapes "
+                              "or control flow change with the batch)")
         return why
-    traced, lowest, own = [rc], PROGRAM_CHECK, {}
+    # a third batch on the line checks it: the first small batch that lies on it (the line then serves from
+    # there), else PROGRAM_CHECK (from the fitted batch up; the small batches keep their own traces)
+    traced, lowest, own, checked = [], None, {}, ()
     for small in PROGRAM_SMALL:
         r = recorded(small)
         traced.append(r)
         if at(small) == r[4]:
-            lowest = small
+            lowest, checked = small, (small,)
             break
         own[small] = r[4]  # off the line: kept as it is (a search starts at batch 1)
+    if lowest is None:
+        rc = recorded(PROGRAM_CHECK)
+        traced.append(rc)
+        if at(PROGRAM_CHECK) != rc[4]:
+            _PROGRAMS[k] = why = (f"the trace at batch {PROGRAM_CHECK} is not on the line through batches {a} "
+                                  f"and {b}")
+            return why
+        lowest, checked = a, (PROGRAM_CHECK,)
     notes = tuple(dict.fromkeys(n for r in [ra, rb] + traced for n in r[3]))
-    prog = Program(a=a, ev_a=ra[4], b=b, ev_b=rb[4], lowest=lowest, notes=notes, own=own,
-                   checked=(PROGRAM_CHECK,) + ((lowest,) if lowest != PROGRAM_CHECK else ()))
+    prog = Program(a=a, ev_a=ra[4], b=b, ev_b=rb[4], lowest=lowest, notes=notes, own=own, checked=checked)
     _PROGRAMS[k] = prog
     _store.save(workload, scale, mode, dev, fast, prog)
     return prog
