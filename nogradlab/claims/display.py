@@ -9,7 +9,8 @@ It works on a claims.json entry (``Result.to_dict()`` is one) and shows three th
    judge's one-line reading);
 2. **one picture** (:func:`picture_html`): the conditions against the article's band, as C20's chart
    draws them (each condition a dot with its interval, the band shaded, agreeing and disagreeing told
-   apart by colour, an estimate a diamond, a measurement a dot); a claim whose conditions carry no
+   apart by colour, an estimate a diamond, a measurement a dot, a condition the rule shows and does not
+   count hollow and in neither colour); a claim whose conditions carry no
    figure to set against a band gets a table of its cases; one without conditions gets none, and the
    display says so (:func:`no_picture_reason`);
 3. **the rest folded**: the rule, the evidence, the measured summary, the conditions and the raw record
