@@ -9,7 +9,8 @@ It works on a claims.json entry (``Result.to_dict()`` is one) and shows three th
    judge's one-line reading);
 2. **one picture** (:func:`picture_html`): the conditions against the article's band, as C20's chart
    draws them (each condition a dot with its interval, the band shaded, agreeing and disagreeing told
-   apart by colour, an estimate a diamond, a measurement a dot); a claim whose conditions carry no
+   apart by colour, an estimate a diamond, a measurement a dot, a condition the rule shows and does not
+   count hollow and in neither colour); a claim whose conditions carry no
    figure to set against a band gets a table of its cases; one without conditions gets none, and the
    display says so (:func:`no_picture_reason`);
 3. **the rest folded**: the rule, the evidence, the measured summary, the conditions and the raw record
@@ -64,8 +65,9 @@ def _band(entry: dict, cond: dict) -> "tuple | None":
 
 def _estimated(entry: dict, cond: dict) -> bool:
     """Whether a condition's figure is a model's estimate, not a measurement: said by the condition
-    (``estimated``), by the verdict's basis (``estimated``), or by its name (``(estimate)``, the virtual
-    CUDA device or the fake-tensor estimator)."""
+    (``estimated``: every judge says it, :func:`nogradlab.claims.rules.read_conditions`); for a stored
+    row that predates the flag, guessed from the verdict's basis (``estimated``) or the row's name
+    (``(estimate)``, the virtual CUDA device or the fake-tensor estimator)."""
     if isinstance(cond.get("estimated"), bool):
         return cond["estimated"]
     scope = entry.get("scope") if isinstance(entry.get("scope"), dict) else {}
@@ -77,6 +79,12 @@ def _estimated(entry: dict, cond: dict) -> bool:
 
 def _conditions(entry: dict) -> list:
     return [c for c in entry.get("conditions") or [] if isinstance(c, dict)]
+
+
+def _counted(cond: dict) -> bool:
+    """Whether the rule counts a condition (a judge marks one it shows and does not count ``deciding:
+    False``: C03's MLP, C21's series on your machine)."""
+    return cond.get("deciding") is not False
 
 
 def value_of(entry: dict, cond: dict) -> "tuple[str, str]":
@@ -99,7 +107,8 @@ def points(entry: dict) -> "dict[str, list]":
                   else (None, None))
         out.setdefault(band[1], []).append(_html.Point(
             label=str(c.get("condition", "")), value=float(c["value"]), lo=lo, hi=hi,
-            reading=str(c.get("reading", "")), band=tuple(band[0]), estimated=_estimated(entry, c)))
+            reading=str(c.get("reading", "")), band=tuple(band[0]), estimated=_estimated(entry, c),
+            counted=_counted(c)))
     return out
 
 
@@ -122,9 +131,11 @@ def _count_text(conds, band: bool = True) -> str:
 
 def measured_text(entry: dict) -> str:
     """What was measured, in a few words: one condition's figure and interval; several conditions'
-    range and how many lie in, below or above the band; ``''`` when no condition has a reading."""
-    groups = points(entry)
-    conds = _conditions(entry)
+    range and how many lie in, below or above the band; ``''`` when no condition has a reading. Only the
+    conditions the rule counts are read here (one shown and not counted is in the picture, hollow)."""
+    groups = {u: [p for p in pts if p.counted] for u, pts in points(entry).items()}
+    groups = {u: pts for u, pts in groups.items() if pts}
+    conds = [c for c in _conditions(entry) if _counted(c)]
     if len(groups) == 1:
         unit, pts = next(iter(groups.items()))
         if len(pts) == 1:
@@ -178,17 +189,20 @@ def no_picture_reason(entry: dict) -> "str | None":
 def picture_html(entry: dict) -> str:
     """The one picture (see the module's docstring), or a small line saying there is none."""
     groups = points(entry)
-    if groups:  # one axis per unit (C20: a percentage and a factor), the legend once, under the last
+    if groups:  # one axis per unit (C20: a percentage and a factor), the legend once, under the last, for all
         last = len(groups) - 1
+        every = [p for pts in groups.values() for p in pts]
         return "".join(_html.band_chart(pts, unit, title=f"{entry.get('id', '')}: the conditions against the "
-                                        "article's band", legend=i == last) for i, (unit, pts) in enumerate(groups.items()))
+                                        "article's band", legend=every if i == last else False)
+                       for i, (unit, pts) in enumerate(groups.items()))
     conds = _conditions(entry)
     if conds:
         rows = []
         for c in conds:
             v, ci = value_of(entry, c)
             name = str(c.get("condition", ""))
-            rows.append((f"{name}: {v}" if _number(c.get("value")) else name, str(c.get("reading", ""))))
+            reading = str(c.get("reading", "")) + ("" if _counted(c) else " (shown, not counted)")  # uncoloured
+            rows.append((f"{name}: {v}" if _number(c.get("value")) else name, reading))
         return _html.cases_table(rows)
     return f"<p class='small nopic'>{_html.esc(no_picture_reason(entry))}.</p>"
 
@@ -204,7 +218,7 @@ def picture_text(entry: dict) -> list:
             a, b = band[0]
             edge = f"; band {_html.value(a, band[1])} to {_html.value(b, band[1]) if b is not None else 'up'}"
         side = f" ({c['side']})" if c.get("side") else ""
-        est = ", estimated" if _estimated(entry, c) else ""
+        est = (", estimated" if _estimated(entry, c) else "") + ("" if _counted(c) else ", shown, not counted")
         fig = f"{v} {ci}".strip() if _number(c.get("value")) else ""
         lines.append(f"  {c.get('condition', '')}: {fig}{' ' if fig else ''}{c.get('reading', '')}{side}{est}{edge}")
     return lines
@@ -216,7 +230,8 @@ def conditions_html(entry: dict) -> str:
     for c in _conditions(entry):
         v, ci = value_of(entry, c)
         rows.append((c.get("condition", ""), v if c.get("value") is not None else "", ci,
-                     str(c.get("reading", "")) + (f" ({c['side']})" if c.get("side") else "")))
+                     str(c.get("reading", "")) + (f" ({c['side']})" if c.get("side") else "")
+                     + ("" if _counted(c) else " (shown, not counted)")))
     if not rows:
         return ""
     return _html.table(("condition", "value", "95 % CI", "reading"), rows, cls="conds")

@@ -327,8 +327,10 @@ def judge_c03(m, rule):
                          "convolutional or transformer models, so nothing here is what it speaks of.")
     knob_rounds = (m.get("knobs") or {}).get("rounds")
     widen = widening(m.protocol)
-    _, all_off = read_conditions(_c03_items(rows, knob_rounds, False), rule.band, widen=widen)
-    _, all_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band, widen=widen)
+    _, all_off = read_conditions(_c03_items(rows, knob_rounds, False), rule.band, widen=widen,
+                                 estimated=False)
+    _, all_on = read_conditions(_c03_items(rows, knob_rounds, True), rule.band, widen=widen,
+                                 estimated=False)
     for r, a, b in zip(rows, all_off, all_on):
         if r["workload"] in C03_NOT_COUNTED:
             a["deciding"] = b["deciding"] = False
@@ -524,7 +526,9 @@ def judge_c04(m, rule):
         rows.append({"condition": f"{c['workload']} {c['budget_gib']:g} GiB", "value": c["no_grad_over_grad"],
                      "ci": None, "reading": reading, "side": "below" if reading == "disagrees" else None,
                      "rounds": None, "rounds_to_decide": None,
-                     "capped": sorted(k for k, v in cap.items() if v)})
+                     "capped": sorted(k for k, v in cap.items() if v),
+                     # the allocator model's search at full size, or a real OOM search on a GPU
+                     "estimated": c.get("method", "estimate") != "search"})
     verdict = verdict_of(r["reading"] for r in rows)
     method = gpu[0].get("method", "estimate")
     real = m.on_gpu and method == "search"

@@ -269,7 +269,7 @@ def judge_c08(m, rule):
               "value": r["activation_bytes"] / r["params_grads_optimizer_bytes"], "ci": None,
               "reading": "agrees" if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "disagrees",
               "side": None if r["activation_bytes"] > r["params_grads_optimizer_bytes"] else "below",
-              "rounds": None, "rounds_to_decide": None} for r in rows]
+              "rounds": None, "rounds_to_decide": None, "estimated": True} for r in rows]
     verdict = verdict_of(c["reading"] for c in conds)
     names = list(crossovers)
     small = [min((r for r in rows if r["workload"] == n), key=lambda r: r["batch"]) for n in names]
@@ -384,7 +384,7 @@ def judge_c09(m, rule):
                                           "of a training step fits, so the factor is undefined.",
                          conditions=[{"condition": f"{name} {gib:g} GiB", "value": None, "ci": None,
                                       "reading": "disagrees", "side": "below", "rounds": None,
-                                      "rounds_to_decide": None}])
+                                      "rounds_to_decide": None, "estimated": not real}])
     reading, bound = _c09_read(rule.band, vs_train, cap.get("eval+no_grad", False), cap.get("train", False))
     verdict = verdict_of([reading])
     factor = _format.ratio(vs_train) + (f" (a {bound}: a search reached its limit)" if bound else "")
@@ -403,7 +403,8 @@ def judge_c09(m, rule):
                               "would decide it."}[reading]
     summary += _real_note(m.get("real_check"))
     conds = [{"condition": f"{name} {gib:g} GiB", "value": vs_train, "ci": None, "reading": reading,
-              "side": side, "rounds": None, "rounds_to_decide": None, "bound": bound}]
+              "side": side, "rounds": None, "rounds_to_decide": None, "bound": bound,
+              "estimated": not real}]
     scope = ({"basis": "measured", "text": f"measured here: {m.label}, real OOM searches under a memory cap"}
              if real else None)
     return Judgement(verdict, summary, f"No_grad fits {factor} the training batch, against the article's up to "

@@ -317,9 +317,9 @@ def judge_c13(m, rule):
     predicted, enter = m["predicted_gain_from_context_cost"], m["enter_exit_s"]
     gain, (glo, ghi) = m["throughput_gain_whole_vs_per_batch"], m["ci"]
     _, (timed,) = read_conditions([(f"{name}, {n} batches: whole-loop over per-batch scope, timed", gain, glo,
-                                    ghi, m.get("rounds"))], rule.band)
+                                    ghi, m.get("rounds"))], rule.band, estimated=False)
     _, (model,) = read_conditions([(f"{name}, {n} batches: gain the enter+exit cost explains", predicted,
-                                    None, None, None)], rule.band)
+                                    None, None, None)], rule.band, estimated=False)
     # one mechanism measured two ways: they decide together, and a conflict is a disturbed timing
     if timed["reading"] == model["reading"] == "agrees":
         verdict = "holds"

@@ -158,7 +158,7 @@ def judge_c15(m, rule):
                       "tolerance": allowed, "within_tolerance": r["max_abs_diff"] <= allowed,
                       "same_argmax": r.get("same_argmax"),
                       "reading": "agrees" if r["max_abs_diff"] <= allowed and r.get("same_argmax", True)
-                      else "disagrees"})
+                      else "disagrees", "estimated": False})
         conds[-1]["side"] = "above" if conds[-1]["reading"] == "disagrees" else None  # beyond the tolerance
     differ = [r for r in rows if not r["bitwise_equal"]]
     close = all(c["reading"] == "agrees" for c in conds)
@@ -356,7 +356,7 @@ def judge_c17(m, rule):
     lo, hi = m["ci"]
     rounds = m.get("rounds") or (m.get("comparison") or {}).get("rounds")
     verdict, rows = read_conditions([(f"{name}@{b}", m["time_saved"], lo, hi, rounds)], rule.band,
-                                    widen=widening(m.protocol))
+                                    widen=widening(m.protocol), estimated=False)
     acc, same = m["accuracy"], m["same_predictions"]
     if acc["eval"] != acc["eval+no_grad"] or not same:
         verdict = "does not hold"

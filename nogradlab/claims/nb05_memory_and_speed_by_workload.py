@@ -130,7 +130,8 @@ def judge_c18(m, rule):
         lo, hi = saving_interval(r["memory_saved"], err) if r in est else (None, None)
         return name(r), r["memory_saved"], lo, hi, None
 
-    verdict, rows = read_conditions([item(r) for r in deciding], rule.band)
+    verdict, rows = read_conditions([item(r) for r in deciding], rule.band,
+                                    estimated=[r in est for r in deciding])
     def span(rs):
         return f"{min(r['memory_saved'] for r in rs):.0%}-{max(r['memory_saved'] for r in rs):.0%}"
 
@@ -300,7 +301,7 @@ def judge_c19(m, rule):
         raise NeedsRemeasuring("no full-size series of two or more sequence lengths")
     conds = [{"condition": k, "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
               "reading": "agrees" if _grows(v) else "disagrees", "side": None if _grows(v) else "below",
-              "rounds": None, "rounds_to_decide": None} for k, v in decide.items()]
+              "rounds": None, "rounds_to_decide": None, "estimated": not _is_measured(k)} for k, v in decide.items()]
     verdict = verdict_of(c["reading"] for c in conds)
     flat = [c["condition"] for c in conds if c["reading"] == "disagrees"]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
@@ -392,7 +393,8 @@ def judge_c21(m, rule):
     def first(v):
         return next((r["seq_len"] for r in v if band.read(r["memory_saved"]) == "agrees"), None)
 
-    verdict, conds = read_conditions([(k, v[-1]["memory_saved"], None, None, None) for k, v in decide.items()], band)
+    verdict, conds = read_conditions([(k, v[-1]["memory_saved"], None, None, None) for k, v in decide.items()], band,
+                                     estimated=[not _is_measured(k) for k in decide])
 
     def part(k, v):
         since = first(v)
@@ -406,8 +408,12 @@ def judge_c21(m, rule):
     if shown:
         summary += " On your machine (real runs, not deciding): " + "; ".join(part(k, v) for k, v in shown.items()) + "."
     n = sum(c["reading"] == "agrees" for c in conds)
-    return Judgement(verdict, summary, f"The saving exceeds 40 % at long sequences in {n} of {len(conds)} full-size "
-                                       "series.", conds, _seq_scope(m, decide))
+    reading = f"The saving exceeds 40 % at long sequences in {n} of {len(conds)} full-size series."
+    if shown:  # the local series as rows too, so a picture draws them, marked as not deciding
+        _, local = read_conditions([(k, v[-1]["memory_saved"], None, None, None) for k, v in shown.items()], band,
+                                   estimated=[not _is_measured(k) for k in shown])
+        conds = conds + [dict(c, deciding=False) for c in local]
+    return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide))
 
 
 def _train_step_timing(ctx, name, batch) -> "timing.Timing":
@@ -667,7 +673,8 @@ def _tolerated_gain(gain: float, column: "dict | None" = None, workload: str = "
 def _c20_read(items) -> tuple:
     rows = []
     for name, v, lo, hi, n, band in items:
-        _, (row,) = read_conditions([(name, v, lo, hi, n)], band)
+        # memory and batch cells are the allocator model's estimates on a virtual CUDA device; speed is timed
+        _, (row,) = read_conditions([(name, v, lo, hi, n)], band, estimated=" speed" not in name)
         row["band"] = band.to_dict()
         rows.append(row)
     return verdict_of(r["reading"] for r in rows), rows

@@ -381,7 +381,8 @@ def judge_x05(m, rule):
         won = [k for k in r["speedup"] if k.startswith("no_grad+") and _beats(r["speedup"], r["ci"], k, "no_grad", margin)]
         reading = _x05_reading(r, margin, rule.min_samples)
         conds.append({"condition": f"{r['workload']}@{r['batch']}", "reading": reading,
-                      "side": "below" if reading == "disagrees" else None, "beats_no_grad": won, "levers": [k for k in r["speedup"] if k.startswith("no_grad+")]})
+                      "side": "below" if reading == "disagrees" else None, "beats_no_grad": won, "levers": [k for k in r["speedup"] if k.startswith("no_grad+")],
+                      "estimated": False})
         if _implausible(r, margin):
             conds[-1]["disturbed"] = True
     verdict = verdict_of(c["reading"] for c in conds)

@@ -312,8 +312,14 @@ def digest(claim_id: "str | None" = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS, widen: float = 1.0) -> tuple:
+def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS, widen: float = 1.0, *,
+                    estimated) -> tuple:
     """``(verdict, rows)`` for conditions read against ``band``.
+
+    ``estimated`` says where each figure comes from, and every judge must say it (no default: a display
+    draws an estimate and a measurement differently, and a guess would draw one as the other): True for a
+    model's estimate (fake tensors, the virtual CUDA device, the allocator model), False for a measurement;
+    one bool for all ``items`` or one per item.
 
     ``items`` are ``(name, point, ci_low, ci_high, rounds)``; ``ci_low``/``ci_high`` None for an exact
     value (bytes, an estimate), ``rounds`` the paired timing rounds behind the interval (None when
@@ -324,9 +330,13 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS, w
     with the ``widened_ci`` it was read by. Each row: ``condition``,
     ``value``, ``ci``, ``reading``, ``side`` (``"above"``/``"below"`` the band when it disagrees, else
     None), ``rounds``, ``rounds_to_decide`` (an unresolved timed condition's estimate, see
-    :func:`rounds_to_decide`)."""
+    :func:`rounds_to_decide`), ``estimated``."""
+    items = list(items)
+    flags = [estimated] * len(items) if isinstance(estimated, bool) else list(estimated)
+    if len(flags) != len(items) or not all(isinstance(f, bool) for f in flags):
+        raise ValueError(f"estimated must be True, False or one of them per item ({len(items)}), not {estimated!r}")
     rows = []
-    for name, p, lo, hi, n in items:
+    for (name, p, lo, hi, n), est in zip(items, flags):
         near, wide = False, None
         if n is not None and lo is not None and n < min_rounds:
             r, more = "unresolved", min_rounds
@@ -340,7 +350,7 @@ def read_conditions(items, band: Band, min_rounds: int = MIN_BOOTSTRAP_ROUNDS, w
                     if r == "unresolved" and n and lo is not None and not near else None)
         row = {"condition": name, "value": p, "ci": None if lo is None else [lo, hi], "reading": r,
                "side": band.side(p, lo, hi) if r == "disagrees" else None,
-               "rounds": n, "rounds_to_decide": more}
+               "rounds": n, "rounds_to_decide": more, "estimated": est}
         if near:
             row["near_edge"] = True
             row["widened_ci"] = list(wide)

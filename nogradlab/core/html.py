@@ -18,13 +18,14 @@ from __future__ import annotations
 import html as _html
 import json
 import math
+import textwrap
 import unicodedata
 from dataclasses import dataclass
 
 from nogradlab.core import format as _format
 
 __all__ = ["VERDICT_COLOURS", "READING_COLOURS", "esc", "badge", "details", "table", "value", "interval",
-           "record", "Point", "band_chart", "cases_table", "cell_value"]
+           "record", "Point", "band_chart", "legend_text", "cases_table", "cell_value"]
 
 #: one colour per verdict word, in every display (the report's chips, the notebook's result box)
 VERDICT_COLOURS = {"holds": "#1a7f37", "does not hold": "#cf222e", "depends": "#9a6700", "inconclusive": "#8250df",
@@ -159,8 +160,8 @@ def record(ev, depth: int = 0, default=repr) -> str:
 class Point:
     """One condition in a band-and-dot picture: ``label``, ``value`` and its interval (``lo``, ``hi``;
     None for an exact value), its ``reading`` against the band (agrees / disagrees / unresolved), whether it
-    is ``estimated`` (a model's figure) or measured, and the article's ``band`` for it ``(low, high)``
-    (``high`` None: unbounded above)."""
+    is ``estimated`` (a model's figure) or measured, the article's ``band`` for it ``(low, high)``
+    (``high`` None: unbounded above), and whether the rule ``counted`` it (False: shown, not counted)."""
 
     label: str
     value: float
@@ -169,9 +170,40 @@ class Point:
     reading: str = ""
     band: "tuple | None" = None
     estimated: bool = False
+    counted: bool = True
 
 
-_W, _LEFT, _RIGHT, _ROW, _TOP = 560, 190, 20, 20, 8
+_W, _LEFT, _RIGHT, _ROW, _TOP = 560, 200, 20, 20, 8
+#: a label's line, in characters (about what _LEFT holds at 11 px), and its lines: a longer label wraps
+#: to a second line (a row one line taller) rather than losing the words that tell conditions apart
+#: (``resnet50 speed (forward gain stored without an interval)``); past two lines it is cut, whole in
+#: the tooltip
+_LABEL_CHARS, _LABEL_LINES, _LINE = 32, 2, 11
+#: a legend's line, in characters (the picture's width at 11 px)
+_LEGEND_CHARS = 92
+#: the colour of a condition shown and not counted: neither agreeing nor disagreeing
+_SHOWN = "#57606a"
+
+
+def _label_lines(label: str) -> list:
+    """``label`` in at most :data:`_LABEL_LINES` lines of :data:`_LABEL_CHARS` characters."""
+    lines = textwrap.wrap(label, _LABEL_CHARS, break_on_hyphens=False) or [""]
+    if len(lines) > _LABEL_LINES:
+        rest = " ".join(lines[_LABEL_LINES - 1:])
+        lines = lines[:_LABEL_LINES - 1] + [rest[:_LABEL_CHARS - 1].rstrip() + "…"]
+    return lines
+
+
+def legend_text(points) -> str:
+    """The words under a picture of ``points``: the band, the marks drawn (a dot, a diamond, a hollow
+    mark: each named only when one is drawn) and the colours of the counted readings drawn."""
+    pts = list(points)
+    kinds = [k for k, seen in (("dot: measured", any(not p.estimated for p in pts)),
+                               ("diamond: estimated", any(p.estimated for p in pts)),
+                               ("hollow: shown, not counted", any(not p.counted for p in pts))) if seen]
+    seen = [w for w in ("agrees", "disagrees", "unresolved") if any(p.reading == w and p.counted for p in pts)]
+    return f"grey: the article's band; {', '.join(kinds)}; " + ", ".join(
+        f"{'green' if w == 'agrees' else 'red' if w == 'disagrees' else 'grey'} {w}" for w in seen)
 
 
 def _ticks(a: float, b: float) -> list:
@@ -197,11 +229,13 @@ def _tick(t: float, unit: "str | None") -> str:
     return f"{t:g}"
 
 
-def band_chart(points, unit: "str | None" = None, title: str = "", legend: bool = True) -> str:
+def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) -> str:
     """The band-and-dot picture as inline SVG: one row per condition, the article's band shaded behind
     it, the value a dot with its interval as a line; agreeing dots green, disagreeing red, unresolved grey;
-    a measured value a circle, an estimated one a diamond. One axis for all rows, in ``unit`` (see
-    :func:`value`); with ``legend``, a line underneath says all this in words. ``''`` without points."""
+    a measured value a circle, an estimated one a diamond; a condition shown and not counted a hollow mark
+    in neither colour. One axis for all rows, in ``unit`` (see :func:`value`); with ``legend``, a line
+    underneath says all this in words (:func:`legend_text`; ``legend`` may be the points it speaks for,
+    when one legend serves several charts). ``''`` without points."""
     pts = [p for p in points if isinstance(p.value, (int, float)) and math.isfinite(p.value)]
     if not pts:
         return ""
@@ -219,47 +253,57 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend: bool 
     def sx(v):
         return _LEFT + (min(max(v, a), b) - a) / (b - a) * width
 
-    h = _TOP + _ROW * len(pts) + (44 if legend else 24)
+    labels = [_label_lines(p.label) for p in pts]
+    rows_h = [_ROW + _LINE * (len(ls) - 1) for ls in labels]
+    body = sum(rows_h)
+    # the legend's words in lines the picture's width holds (a long legend was cut at the right edge)
+    words = [] if legend is False else textwrap.wrap(legend_text(pts if legend is True else legend), _LEGEND_CHARS)
+    h = _TOP + body + 24 + (20 + 14 * (len(words) - 1) if words else 0)
     out = [f"<svg class='band-chart' role='img' viewBox='0 0 {_W} {h}' width='100%' style='max-width:{_W}px'"
            f" xmlns='http://www.w3.org/2000/svg' font-family='system-ui,sans-serif' font-size='11'>"]
     if title:
         out.append(f"<title>{esc(title)}</title>")
-    for i, p in enumerate(pts):
-        y = _TOP + _ROW * i + _ROW / 2
+    top = _TOP
+    for p, ls, rh in zip(pts, labels, rows_h):
+        y = top + rh / 2
+        top += rh
         if p.band:
             lo, hi = p.band
             x0, x1 = sx(lo), sx(b if hi is None else hi)
             out.append(f"<rect x='{x0:.1f}' y='{y - 7:.1f}' width='{max(x1 - x0, 1.5):.1f}' height='14' "
                        "fill='#d0d7de' opacity='0.8'/>")
-        colour = READING_COLOURS.get(p.reading, "#0969da")
+        colour = READING_COLOURS.get(p.reading, "#0969da") if p.counted else _SHOWN
         tip = (f"{p.label}: {value(p.value, unit)} {interval((p.lo, p.hi), unit) if p.lo is not None else ''}"
-               f" {p.reading}{' (estimated)' if p.estimated else ' (measured)'}")
-        name = p.label if len(p.label) <= 30 else p.label[:29] + "…"
+               f" {p.reading}{' (estimated)' if p.estimated else ' (measured)'}"
+               f"{'' if p.counted else ', shown, not counted'}")
+        first = y + 4 - _LINE * (len(ls) - 1) / 2
+        spans = "".join(f"<tspan x='{_LEFT - 6}' y='{first + _LINE * k:.1f}'>{esc(line)}</tspan>"
+                        for k, line in enumerate(ls))
         out.append(f"<g><title>{esc(tip)}</title>"
-                   f"<text x='{_LEFT - 6}' y='{y + 4:.1f}' text-anchor='end' fill='#1f2328'>{esc(name)}</text>")
+                   f"<text text-anchor='end' fill='#1f2328'>{spans}</text>")
         if p.lo is not None and p.hi is not None:
             out.append(f"<line x1='{sx(p.lo):.1f}' x2='{sx(p.hi):.1f}' y1='{y:.1f}' y2='{y:.1f}' "
                        f"stroke='{colour}' stroke-width='2'/>")
         cx = sx(p.value)
+        # filled in the reading's colour when counted; hollow (white inside, grey edge) when only shown
+        fill, edge = (colour, "none") if p.counted else ("white", _SHOWN)
         if p.estimated:
-            out.append(f"<path d='M{cx:.1f} {y - 6:.1f}l6 6l-6 6l-6 -6z' fill='white' stroke='{colour}' "
-                       "stroke-width='2'/>")
+            out.append(f"<path class='est' d='M{cx:.1f} {y - 6:.1f}l6 6l-6 6l-6 -6z' fill='{fill}' "
+                       f"stroke='{edge}' stroke-width='2'/>")
         else:
-            out.append(f"<circle cx='{cx:.1f}' cy='{y:.1f}' r='5' fill='{colour}'/>")
+            out.append(f"<circle class='meas' cx='{cx:.1f}' cy='{y:.1f}' r='5' fill='{fill}' stroke='{edge}' "
+                       "stroke-width='2'/>")
         out.append("</g>")
-    axis = _TOP + _ROW * len(pts) + 4
+    axis = _TOP + body + 4
     out.append(f"<line x1='{_LEFT}' x2='{_W - _RIGHT}' y1='{axis}' y2='{axis}' stroke='#57606a'/>")
     for t in _ticks(a, b):
         out.append(f"<text x='{sx(t):.1f}' y='{axis + 13}' text-anchor='middle' fill='#57606a'>"
                    f"{esc(_tick(t, unit))}</text>")
-    if not legend:
+    if legend is False:
         out.append("</svg>")
         return "".join(out)
-    kinds = sorted({"diamond: estimated" if p.estimated else "dot: measured" for p in pts})
-    seen = [w for w in ("agrees", "disagrees", "unresolved") if any(p.reading == w for p in pts)]
-    legend = f"grey: the article's band; {', '.join(kinds)}; " + ", ".join(
-        f"{'green' if w == 'agrees' else 'red' if w == 'disagrees' else 'grey'} {w}" for w in seen)
-    out.append(f"<text x='4' y='{axis + 32}' fill='#57606a'>{esc(legend)}</text></svg>")
+    spans = "".join(f"<tspan x='4' y='{axis + 32 + 14 * k}'>{esc(line)}</tspan>" for k, line in enumerate(words))
+    out.append(f"<text fill='#57606a'>{spans}</text></svg>")
     return "".join(out)
 
 

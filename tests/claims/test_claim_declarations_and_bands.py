@@ -86,9 +86,9 @@ def test_verdicts_from_readings_and_rounds_to_decide():
 
 
 def test_a_bootstrap_over_few_rounds_never_decides():
-    verdict, rows = read_conditions([("mlp@1", 0.30, 0.30, 0.30, 5)], Band("range", 0.2, 0.4))
+    verdict, rows = read_conditions([("mlp@1", 0.30, 0.30, 0.30, 5)], Band("range", 0.2, 0.4), estimated=False)
     assert verdict == "inconclusive" and rows[0]["reading"] == "unresolved"
-    verdict, _ = read_conditions([("mlp@1", 0.30, 0.30, 0.30, 10)], Band("range", 0.2, 0.4))
+    verdict, _ = read_conditions([("mlp@1", 0.30, 0.30, 0.30, 10)], Band("range", 0.2, 0.4), estimated=False)
     assert verdict == "holds"
 
 

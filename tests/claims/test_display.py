@@ -103,3 +103,75 @@ def test_the_terminal_row_is_the_first_line_with_a_long_figure_shortened():
     rows = report.terminal_table(doc, width=120).splitlines()[1:-1]
     assert "Transformer" not in "\n".join(rows) and len(rows) <= 3, rows
     assert display.headline(r.to_dict()).endswith("measured 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] (resnet50 12 GiB), disagrees")
+
+
+def _entry(doc, cid):
+    return next(c for c in doc["claims"] if c["id"] == cid)
+
+
+@pytest.mark.parametrize("path", COLUMNS, ids=[p.parent.name for p in COLUMNS])
+def test_every_judged_condition_says_whether_it_is_estimated(path):
+    """Every judge says where each condition's figure comes from (rules.read_conditions asks for it);
+    the display reads the flag, not a guess from the verdict's basis or the row's name."""
+    doc = report.rejudged(report.load_doc(path))
+    for c in doc["claims"]:
+        for cond in c.get("conditions") or []:
+            assert isinstance(cond.get("estimated"), bool), (c["id"], cond.get("condition"))
+    c08 = _entry(doc, "C08")  # the allocator model's estimates, wherever judged
+    assert c08["conditions"] and all(x["estimated"] for x in c08["conditions"])
+    x05 = _entry(doc, "X05")  # timed
+    assert x05["conditions"] and not any(x["estimated"] for x in x05["conditions"])
+    c20 = _entry(doc, "C20")  # memory and batch estimated on a virtual CUDA device, speed timed
+    for x in c20["conditions"]:
+        assert x["estimated"] == (" speed" not in x["condition"]), x["condition"]
+
+
+def test_c20s_memory_and_batch_cells_are_diamonds_and_its_speed_cells_dots():
+    """The H200 column's verdict basis is 'measured', and its memory and batch rows were drawn as
+    measured dots; they are the allocator model's estimates."""
+    e = _entry(report.rejudged(report.load_doc(ROOT / "results" / "cuda-nvidia-h200" / "claims.json")), "C20")
+    assert e["scope"]["basis"] == "measured"
+    pts = [p for ps in display.points(e).values() for p in ps]
+    assert {p.label.split(" ")[1]: p.estimated for p in pts} == {"memory": True, "batch": True, "speed": False}
+    svg = display.picture_html(e)
+    assert svg.count("class='est'") == 8 and svg.count("class='meas'") == 4
+    assert svg.count("diamond: estimated") == 1 and "dot: measured" in svg  # one legend, under the last chart
+
+
+def test_the_flag_wins_over_the_guess_and_a_stored_row_without_it_is_guessed():
+    cond = {"condition": "resnet50@16 (estimate)", "value": 0.3, "ci": None, "reading": "agrees"}
+    old = {"id": "C18", "verdict": "holds", "scope": {"basis": "measured"}, "conditions": [cond]}
+    assert [p.estimated for p in display.points(old)["%"]] == [True]  # from its name
+    flagged = dict(old, conditions=[dict(cond, estimated=False)])
+    assert [p.estimated for p in display.points(flagged)["%"]] == [False]
+    assert "diamond" not in display.picture_html(flagged) and "<path" not in display.picture_html(flagged)
+    basis = {"id": "C18", "verdict": "holds", "scope": {"basis": "estimated"},
+             "conditions": [dict(cond, condition="resnet50@16"), dict(cond, condition="unet@8", estimated=False)]}
+    assert [p.estimated for p in display.points(basis)["%"]] == [True, False]
+
+
+@pytest.mark.parametrize("path", COLUMNS, ids=[p.parent.name for p in COLUMNS])
+def test_a_stored_column_as_written_still_displays(path):
+    """The stored claims.json, not judged again: its rows predate the flag and are guessed; nothing fails."""
+    for c in report.load_doc(path)["claims"]:
+        assert len(display.headline(c).split()) <= display.MAX_WORDS
+        page = display.glance_html(c) + display.folded_html(c) + display.details_text(c)
+        if display.points(c):
+            assert "<svg" in page and "grey: the article&#x27;s band" in page
+
+
+def test_conditions_shown_and_not_counted_are_hollow_and_left_out_of_the_count():
+    e = _entry(report.rejudged(report.load_doc(ROOT / "results" / "cuda-nvidia-h200" / "claims.json")), "C03")
+    shown = [x for x in e["conditions"] if x.get("deciding") is False]
+    assert shown and all(x["condition"].startswith("mlp@") for x in shown)
+    svg = display.picture_html(e)
+    assert "hollow: shown, not counted" in svg and svg.count("fill='white' stroke='#57606a'") == len(shown)
+    counted = len(e["conditions"]) - len(shown)
+    assert f"over {counted} conditions" in display.measured_text(e)
+    assert "(shown, not counted)" in display.conditions_html(e) and ", shown, not counted" in display.details_text(e)
+    # C21's series on this machine (tiny, real runs) is a row now, shown and not counted
+    c21 = _entry(report.rejudged(report.load_doc(COLUMNS[0])), "C21")
+    local = [x for x in c21["conditions"] if x.get("deciding") is False]
+    assert local and all(x["condition"].startswith("measured") and not x["estimated"] for x in local)
+    assert "hollow: shown, not counted" in display.picture_html(c21)
+    assert f"over {len(c21['conditions']) - len(local)} conditions" in display.measured_text(c21)

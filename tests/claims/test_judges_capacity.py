@@ -34,7 +34,8 @@ def test_a_ci_just_below_a_band_edge_is_not_agreement():
     band = Band("range", 0.20, 0.40)
     assert band.read(0.195, 0.19, 0.19996) == "disagrees"
     assert band.read(0.199, 0.19, 0.20004) == "unresolved"
-    verdict, rows = read_conditions([("a", 0.30, 0.25, 0.35, 20), ("b", 0.199, 0.19, 0.20004, 20)], band)
+    verdict, rows = read_conditions([("a", 0.30, 0.25, 0.35, 20), ("b", 0.199, 0.19, 0.20004, 20)], band,
+                                    estimated=False)
     assert [r["reading"] for r in rows] == ["agrees", "unresolved"] and verdict == "inconclusive"
     # the C03 band is the same range
     assert claims.get("C03").rule.band.read(0.199, 0.19, 0.20004) == "unresolved"

@@ -24,7 +24,7 @@ def test_band_chart_draws_each_condition_against_its_band():
     diamonds = root.findall(f".//{SVG}path")
     assert len(circles) == 3 and len(diamonds) == 1  # measured dots, one estimated diamond
     assert {c.get("fill") for c in circles} == {html.READING_COLOURS["agrees"], html.READING_COLOURS["disagrees"]}
-    assert diamonds[0].get("stroke") == html.READING_COLOURS["unresolved"]
+    assert diamonds[0].get("fill") == html.READING_COLOURS["unresolved"]  # filled: a hollow mark is not counted
     assert len(root.findall(f".//{SVG}rect")) == 4  # one shaded band a row
     assert len(root.findall(f".//{SVG}line")) == 2 + 1  # two intervals and the axis
     legend = "".join(root.itertext())
@@ -35,6 +35,48 @@ def test_band_chart_draws_each_condition_against_its_band():
     assert float(circles[0].get("cx")) < float(rects[0].get("x"))
     assert float(rects[1].get("x")) <= float(circles[1].get("cx")) <= float(rects[1].get("x")) + float(rects[1].get("width"))
     assert html.band_chart([], "%") == ""
+    assert "hollow" not in legend  # every condition here is counted
+
+
+def test_a_condition_shown_not_counted_is_hollow_and_uncoloured():
+    pts = [html.Point("resnet50@16", 0.30, 0.25, 0.35, "agrees", band=(0.2, 0.4)),
+           html.Point("mlp@256", 0.05, 0.01, 0.09, "disagrees", band=(0.2, 0.4), counted=False),
+           html.Point("tiny (estimate)", 0.5, reading="disagrees", band=(0.2, 0.4), estimated=True, counted=False)]
+    root = ET.fromstring(html.band_chart(pts, "%"))
+    circles, diamonds = root.findall(f".//{SVG}circle"), root.findall(f".//{SVG}path")
+    assert [c.get("fill") for c in circles] == [html.READING_COLOURS["agrees"], "white"]
+    assert circles[1].get("stroke") == diamonds[0].get("stroke") == "#57606a" and diamonds[0].get("fill") == "white"
+    lines = root.findall(f".//{SVG}line")  # the hollow one's interval is not red either
+    assert lines[1].get("stroke") == "#57606a"
+    legend = " ".join(" ".join(root.itertext()).split())
+    assert "hollow: shown, not counted" in legend and "diamond: estimated" in legend
+    assert "red disagrees" not in legend  # only the counted readings' colours are named
+
+
+def test_legend_names_the_diamond_only_when_one_is_drawn():
+    measured = [html.Point("a", 0.3, reading="agrees", band=(0.2, 0.4))]
+    text = " ".join(ET.fromstring(html.band_chart(measured, "%")).itertext())
+    assert "dot: measured" in text and "diamond" not in text and "hollow" not in text
+    # one legend for several charts names what all of them draw
+    est = [html.Point("b", 2.0, reading="agrees", band=(1.5, 3.0), estimated=True)]
+    assert "diamond: estimated" in " ".join(ET.fromstring(html.band_chart(measured, "%", legend=measured + est)).itertext())
+    assert "diamond" not in " ".join(ET.fromstring(html.band_chart(est, "x", legend=False)).itertext())
+
+
+def test_a_long_label_wraps_to_two_lines_and_keeps_what_tells_it_apart():
+    names = ["resnet50 speed (forward gain stored without an interval)",
+             "transformer_base speed (forward gain stored without an interval) at batch 64", "unet memory"]
+    pts = [html.Point(n, 0.1 * i, reading="agrees", band=(0.0, 0.5)) for i, n in enumerate(names)]
+    root = ET.fromstring(html.band_chart(pts, "%"))
+    texts = [t for t in root.findall(f".//{SVG}g/{SVG}text")]
+    shown = [" ".join(s.text for s in t.findall(f"{SVG}tspan")) for t in texts]
+    assert shown[0] == names[0] and shown[2] == "unet memory"  # 56 characters: whole, on two lines
+    assert len(texts[0].findall(f"{SVG}tspan")) == 2 and len(texts[2].findall(f"{SVG}tspan")) == 1
+    assert shown[1].startswith("transformer_base speed") and shown[1].endswith("…")  # past two lines: cut
+    assert all(len(s.text) <= 32 for t in texts for s in t.findall(f"{SVG}tspan"))
+    # a two-line row is taller: the rows do not overlap
+    ys = [float(s.get("y")) for t in texts for s in t.findall(f"{SVG}tspan")]
+    assert ys == sorted(ys) and min(b - a for a, b in zip(ys, ys[1:])) >= 10
 
 
 def test_record_and_table_escape_and_keep_units():
