@@ -65,9 +65,10 @@ claims: install
 test: install browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --maxprocesses=$(TEST_MAX_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# The tests that need no notebook kernel, no browser and no GPU (markers: tests/conftest.py).
+# The tests that need no notebook kernel, no browser and no GPU, each well under a second (markers:
+# tests/conftest.py; a slower test is marked integration at the test), on make test's processes.
 unit: install
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest -m unit -n $(TEST_WORKERS) --maxprocesses=$(TEST_MAX_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Lint: ruff on the package, tests, benchmarks and scripts; the five wings' layers contract (import-linter,
 # pyproject.toml [tool.importlinter]: core <- estimate <- lab <- claims <- run); ruff through nbQA on the notebooks; the

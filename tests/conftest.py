@@ -15,10 +15,11 @@ Markers (registered in pyproject.toml), given here by folder rather than in ever
 * ``gpu``: needs a CUDA GPU (skipped without one; found by the skip's reason), or rehearses the GPU
   reference run (GPU_FILES);
 * ``integration``: runs claim checks, largest-batch searches or whole workloads end to end (seconds per
-  test): the claims' tests (INTEGRATION_FILES), and the slowest package tests, by name
-  (INTEGRATION_TESTS, measured on a 2-core CPU);
+  test): marked at the test (``@pytest.mark.integration``, or a module's ``pytestmark``), every test that
+  took about a second or more in ``pytest -m unit --durations`` on a 2-core CPU;
 * ``unit``: everything else: the package's own tests, no kernel, no browser, no GPU, each well under a
-  second. ``pytest -m unit`` (``make unit``) is the quick pass: under a minute on a 2-core CPU.
+  second. ``make unit`` (``pytest -m unit`` on two processes) is the quick pass: under a minute on a 2-core
+  CPU.
 
 ``make test`` runs the tests on two processes (pytest-xdist, ``--dist loadfile``): most tests wait on a
 notebook kernel, a browser or one single-threaded check, so the second core would idle. A file's tests stay
@@ -52,34 +53,8 @@ TESTS = Path(__file__).resolve().parent
 FOLDER_MARKERS = {"notebooks": "notebooks", "browser": "browser"}
 # the files and tests below are named by their path under tests/
 GPU_FILES = {"run/test_gpu_reference.py"}
-INTEGRATION_FILES = {"claims/test_claims_numbers.py", "claims/test_claims_semantics.py",
-                     "claims/test_shared_conditions_and_rules.py", "claims/test_lesson_verdicts.py",
-                     "claims/test_stored_columns_fuzz.py"}
-# file -> tests (without parameters) that take seconds: measured with --durations on a 2-core AMD EPYC
-# (torch 2.14.1), 2 s to 21 s each (all parameters together)
-INTEGRATION_TESTS = {
-    "core/test_own_model.py": {"test_cpu_estimate_equals_measure_to_the_byte",
-                               "test_built_in_workloads_get_exactly_what_they_got_before"},
-    "estimate/test_cudamodel.py": {"test_largest_batch_brackets_the_h200_searches",
-                                   "test_largest_batch_under_inference_mode_is_no_grads"},
-    "core/test_probes_lazy_work_and_rng.py": {"test_first_probe_in_a_process_leaves_the_rng_alone"},
-    "estimate/test_batch.py": {"test_c04_check_compares_modes_and_agrees_with_real_cpu_runs"},
-    "core/test_workloads.py": {"test_tiny_forward_backward"},
-    "core/test_memory.py": {"test_agrees_with_memtracker_and_estimate"},
-    "estimate/test_virtual_cuda_graphs.py": {"test_the_real_check_survives_and_answers",
-                                             "test_a_grad_estimate_on_the_virtual_cuda_device_leaves_the_process_alive"},
-    "run/test_your_model.py": {"test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs",
-                               "test_measure_here_times_each_mode_with_an_interval_around_its_ratio"},
-    # notebook 05's checks, run end to end (as the rest of test_claims_numbers.py); its judge tests are unit
-    "claims/test_nb05.py": {"test_c18_above_the_band_is_not_agreement_and_estimates_decide",
-                            "test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns",
-                            "test_c19_saving_grows_with_sequence_length",
-                            "test_c20_rows_cover_the_table_with_the_article_bands",
-                            "test_c20_times_the_training_step_row_when_asked",
-                            "test_c21_uses_the_c19_sweep"},
-}
 # a list that names a file no longer there would mark nothing, silently: refuse it
-_missing = sorted(f for f in GPU_FILES | INTEGRATION_FILES | set(INTEGRATION_TESTS) if not (TESTS / f).is_file())
+_missing = sorted(f for f in GPU_FILES if not (TESTS / f).is_file())
 if _missing:
     raise RuntimeError(f"tests/conftest.py names test files that do not exist: {_missing}")
 
@@ -99,9 +74,7 @@ def _kind(item) -> str:
     needs_gpu = any("CUDA GPU" in str(m.kwargs.get("reason", "")) for m in item.iter_markers("skipif"))
     if rel in GPU_FILES or needs_gpu:
         return "gpu"
-    if item.get_closest_marker("integration") is not None:  # marked at the test
-        return "integration"
-    if rel in INTEGRATION_FILES or getattr(item, "originalname", item.name) in INTEGRATION_TESTS.get(rel, ()):
+    if item.get_closest_marker("integration") is not None:  # marked at the test, or its module's pytestmark
         return "integration"
     return "unit"
 

@@ -95,6 +95,7 @@ def test_a_bootstrap_over_few_rounds_never_decides():
 # ------------------------------------------------------------------------------ columns judged by today's rules
 
 
+@pytest.mark.integration
 def test_a_band_change_changes_every_columns_verdict(monkeypatch):
     """C18's band widened to everything: this run's column and every stored column now hold; with
     the band moved out of reach none does. Nothing stored decides."""
@@ -128,6 +129,7 @@ def test_a_column_lacking_what_the_rule_reads_needs_re_measuring():
 # ------------------------------------------------------------------------------ every verdict names its evidence
 
 
+@pytest.mark.integration
 def test_a_gpu_speed_claim_off_a_gpu_stands_on_the_reference_gpu():
     r = claims.check("C17", device="cpu", scale="tiny")
     assert r.scope["basis"] == "reference" and "H200" in r.scope["text"]
@@ -135,6 +137,7 @@ def test_a_gpu_speed_claim_off_a_gpu_stands_on_the_reference_gpu():
     assert "On your machine" in r.summary and r.scope["text"] in r.summary
 
 
+@pytest.mark.integration
 def test_numeric_summaries_name_their_evidence():
     for cid in ("C18", "C06"):
         r = claims.check(cid, device="cpu", scale="tiny")

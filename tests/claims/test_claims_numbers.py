@@ -15,6 +15,9 @@ from nogradlab import claims, workloads
 from nogradlab.claims import VERDICTS
 from nogradlab.claims import measure as N
 
+# claim checks run end to end (seconds per test): not in the quick unit pass
+pytestmark = pytest.mark.integration
+
 FAST = {"rounds": 3, "min_run_time": 0.03}
 IDS = ["C03", "C08", "C13", "C16", "C17", "C18", "C19", "C20", "C21", "C23", "X05"]
 _CACHE: dict = {}

@@ -16,6 +16,9 @@ import torch
 from nogradlab import claims
 from nogradlab import claims as _claims  # noqa: F401
 
+# claim checks run end to end (seconds per test): not in the quick unit pass
+pytestmark = pytest.mark.integration
+
 IDS = ["C01", "C02", "C05", "C06", "C07", "C10", "C11", "C12", "C14", "C15", "C22", "C24", "C26",
        "C27", "C28", "C29", "C30", "X01", "X02", "X03", "X04"]
 

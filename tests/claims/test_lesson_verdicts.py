@@ -15,6 +15,9 @@ import torch
 
 from nogradlab import claims, memory, workloads
 
+# claim checks run end to end (seconds per test): not in the quick unit pass
+pytestmark = pytest.mark.integration
+
 # claim id -> (verdicts the lesson is written for, extra keyword arguments of the check)
 EXPECTED = {
     # 06: the decorator covers the whole call (C22); autocast with no_grad, both spellings (C24);

@@ -32,6 +32,7 @@ from test_claims_numbers import FAST, result
 
 # --------------------------------------------- the checks, end to end (from test_claims_numbers.py)
 
+@pytest.mark.integration
 def test_c18_above_the_band_is_not_agreement_and_estimates_decide():
     r = result("C18")
     ev = r.evidence
@@ -49,6 +50,7 @@ def test_c18_above_the_band_is_not_agreement_and_estimates_decide():
     assert r.scope["basis"] == "estimated" and "On your machine" in r.summary
 
 
+@pytest.mark.integration
 def test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns():
     ev = result("C18").evidence
     assert {r["workload"] for r in ev["measured"]} == set(N.FEED_FORWARD)
@@ -62,6 +64,7 @@ def test_c18_no_grad_never_raises_the_peak_and_cuts_it_for_cnns():
         assert rows[0]["memory_saved"] < rows[-1]["memory_saved"]
 
 
+@pytest.mark.integration
 def test_c19_saving_grows_with_sequence_length():
     ev = result("C19").evidence
     measured = next(v for k, v in ev["series"].items() if k.startswith("measured"))
@@ -74,6 +77,7 @@ def test_c19_saving_grows_with_sequence_length():
     assert result("C19").scope["basis"] == "estimated" and "On your machine" in result("C19").summary
 
 
+@pytest.mark.integration
 def test_c20_rows_cover_the_table_with_the_article_bands():
     r = result("C20")
     rows = {row["workload"]: row for row in r.evidence["rows"]}
@@ -112,6 +116,7 @@ def test_c20_rows_cover_the_table_with_the_article_bands():
     assert "Separate row, not counted: a training step" in r.summary and "not timed in a tiny CPU run" in r.summary
 
 
+@pytest.mark.integration
 def test_c20_times_the_training_step_row_when_asked():
     """The training-step row (shown, never deciding a cell) is timed at small and full scale and on a GPU;
     in a tiny CPU run on request (train_step_timing=True)."""
@@ -123,6 +128,7 @@ def test_c20_times_the_training_step_row_when_asked():
     assert "Separate row, not counted: a training step vs a no_grad forward takes mlp" in r.summary
 
 
+@pytest.mark.integration
 def test_c21_uses_the_c19_sweep():
     ev = result("C21").evidence
     assert set(ev["series"]) == set(result("C19").evidence["series"])

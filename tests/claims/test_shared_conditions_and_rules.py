@@ -13,6 +13,9 @@ from nogradlab.claims import runcache
 from nogradlab.claims import measure as N
 from nogradlab.claims import rules
 
+# claim checks run end to end (seconds per test): not in the quick unit pass
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"rounds": 3, "min_run_time": 0.03}
 

@@ -16,6 +16,9 @@ import pytest
 from nogradlab import claims
 from nogradlab.claims import Measurements, not_a_measurement
 
+# claim checks run end to end (seconds per test): not in the quick unit pass
+pytestmark = pytest.mark.integration
+
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 COLUMNS = ["cpu-amd-epyc-2-threads", "cuda-nvidia-h200"]
 #: values that are no measurement wherever they stand

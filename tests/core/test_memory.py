@@ -193,6 +193,7 @@ def _memtracker_peak(model, x, ctx):
     return sum(v["Total"] for v in mt.get_tracker_snapshot("peak").values())
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", workloads.names())
 def test_agrees_with_memtracker_and_estimate(name):
     torch.manual_seed(0)
@@ -221,6 +222,7 @@ def test_estimate_on_virtual_cuda_without_gpu():
     assert t.saved_bytes > 0 and t.retained_bytes > 0  # momentum buffers outlive the step
 
 
+@pytest.mark.integration
 def test_estimate_train_step_cpu_matches_measure():
     torch.manual_seed(0)
     wl = workloads.get("unet", "tiny")
@@ -429,6 +431,7 @@ def test_batches_beyond_int64_arithmetic_are_refused(b, dev, monkeypatch):
             batch.largest_batch("mlp", "train", 2 ** 40, dev, method="estimate", **kw)
 
 
+@pytest.mark.integration
 def test_the_largest_supported_batch_does_not_wrap_around():
     # the largest workload's training step at the largest batch: exact and inside int64
     one = memory.estimate("transformer_base", 1, "cpu", step="train", scale="full").total_peak_bytes

@@ -77,6 +77,7 @@ def measured(own: ownmodel.Model, b: int, step: str) -> memory.MemoryReport:
     return rep
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", MODELS)
 def test_cpu_estimate_equals_measure_to_the_byte(name):
     build, inputs = MODELS[name]
@@ -95,6 +96,7 @@ def test_cpu_estimate_equals_measure_to_the_byte(name):
     assert 0 < grad[2] < grad[3]  # what autograd saves grows with the batch: a real comparison
 
 
+@pytest.mark.integration
 def test_a_given_module_is_estimated_as_its_builder_and_left_unchanged():
     build, inputs = MODELS["mobilenet_v3_small"]
     module = build()
@@ -173,6 +175,7 @@ def test_generic_path_gives_the_built_in_numbers():
                (b.peak_bytes, b.saved_bytes, b.allocated_bytes, b.reserved_bytes)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["mlp", "transformer_base", "unet", "resnet50"])
 def test_built_in_workloads_get_exactly_what_they_got_before(name):
     want = json.loads(builtin_fingerprint.PATH.read_text())

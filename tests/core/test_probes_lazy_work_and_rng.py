@@ -70,6 +70,7 @@ print("RNG", "same" if torch.equal(before, torch.get_rng_state()) else "advanced
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("probe", ["measure", "measure_modes", "estimate", "compare", "batch"])
 def test_first_probe_in_a_process_leaves_the_rng_alone(probe):
     """The first memory probe warms torch up on a throw-away model, whose initialisation drew

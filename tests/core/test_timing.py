@@ -616,6 +616,7 @@ def test_a_stretched_first_timing_does_not_leave_an_identical_case_fewer_calls()
     assert number["a"] == number["b"] > 100
 
 
+@pytest.mark.integration
 def test_a_case_preempted_by_busy_neighbours_is_not_read_as_waiting():
     """Beside busy neighbours a compute-bound case is preempted (involuntary switches) and waits runnable;
     it never gives up its CPU by itself, so it keeps the CPU-time clock (two misfires of 4 loaded X05 runs

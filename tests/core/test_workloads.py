@@ -59,6 +59,7 @@ def test_sizes_match_the_article():
         assert batches == sorted(batches)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", NAMES)
 def test_tiny_forward_backward(name):
     wl = workloads.get(name, "tiny")

@@ -258,6 +258,7 @@ def test_cuda_search_refuses_budget_above_device(monkeypatch):
     assert fake.fractions == []
 
 
+@pytest.mark.integration
 def test_real_search_path_end_to_end_with_fake_allocator(monkeypatch):
     """_search_real with real mlp steps on the CPU; the fake allocator needs 1 MiB + 4 KiB per
     sample, and the input allocation "runs out of memory" above the cap, or above batch 300."""
@@ -296,6 +297,7 @@ def test_real_search_path_end_to_end_with_fake_allocator(monkeypatch):
         assert len(r.trials) <= most
 
 
+@pytest.mark.integration
 def test_c04_check_compares_modes_and_agrees_with_real_cpu_runs():
     from nogradlab import claims
 

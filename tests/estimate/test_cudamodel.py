@@ -134,6 +134,7 @@ def _load(name):
         return json.load(f)
 
 
+@pytest.mark.integration
 def test_allocated_peaks_within_5_percent_of_the_h200():
     """Acceptance: the 12 workload x mode cases at the default batches (H200, torch 2.11)."""
     for row in _load("h200-2026-11-30-estimate_vs_real.json")["rows"]:
@@ -147,6 +148,7 @@ def _fits(workload, mode, b, budget, alloc):
     return not allocator.simulate(r.events, alloc, budget, keep_segments=False).oom
 
 
+@pytest.mark.integration
 def test_largest_batch_brackets_the_h200_searches():
     """Acceptance, as a bracket: for each real H200 search (24 native, 2 expandable_segments), the
     modelled allocator fits 97 % of the real batch and not 103 %+1, so the estimated largest batch
@@ -216,6 +218,7 @@ def test_inference_mode_is_traced_as_no_grad_on_the_virtual_cuda_device(workload
     assert im.notes == ng.notes
 
 
+@pytest.mark.integration
 def test_largest_batch_under_inference_mode_is_no_grads():
     """Full scale, 12 GiB, native allocator. ResNet-50 under eval+no_grad: 905, the H200's search in a
     fresh process (pinned by test_largest_batch_matches_the_resnet50_search_exactly); U-Net's

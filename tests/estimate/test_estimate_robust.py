@@ -145,6 +145,7 @@ def _new_traces(monkeypatch):
     return seen
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build, inputs, mode, budget", [
     (small_cnn, (3, 8, 8), "eval+no_grad", 64 << 20),
     (small_cnn, (3, 8, 8), "train", 128 << 20),
@@ -187,6 +188,7 @@ def test_a_search_under_a_new_budget_costs_no_trace(monkeypatch):
     assert second.batch == fresh.batch > first.batch
 
 
+@pytest.mark.integration
 def test_where_fitting_is_not_monotone_every_start_gives_a_verified_boundary():
     """ResNet-50 (tiny) under 384 MiB fits up to 208, not 209-213, and 214-216 again (the allocator's
     rounding, torch 2.14.1): a search from a hint may stop at the other boundary, as largest_batch's
@@ -221,6 +223,7 @@ def test_a_fitted_trace_is_exact_for_a_model_affine_in_the_batch():
     batch._forget_estimates()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build, inputs", [
     (lambda: torchvision.models.mobilenet_v3_small(weights=None, num_classes=10), (3, 32, 32)),
     (PatchViT, (3, 16, 16)), (tokens, ((12,), torch.int64))])
@@ -249,6 +252,7 @@ def test_regnet_is_estimated_as_the_model_it_builds():
     assert any("weights on the meta device" in n for n in a.notes)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("build, inputs", [(PatchViT, (3, 16, 16)), (encoder, (8, 16))])
 def test_transformers_from_builders_estimate_every_mode_as_their_meta_build(build, inputs):
     with torch.device("meta"):

@@ -18,6 +18,7 @@ def _numbers(r):
     return {f: getattr(r, f, None) for f in FIELDS}, list(getattr(r, "events", None) or [])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name, scale, batch, kw", [
     ("resnet50", "full", 3, dict(step="train")),
     ("resnet50", "full", 5, dict(mode="eval+no_grad")),

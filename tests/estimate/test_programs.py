@@ -42,6 +42,7 @@ def _traces(monkeypatch):
     return seen
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("workload", ["resnet50", "unet", "transformer_base", "mlp"])
 @pytest.mark.parametrize("mode", ["train", "grad", "eval+no_grad", "inference_mode"])
 def test_the_programs_trace_is_the_recorded_trace(workload, mode, cache):
@@ -96,6 +97,7 @@ def test_every_largest_batch_equals_the_search_before_programs(cache):
     assert by_program == len(ref["cases"])  # every one of them by replays
 
 
+@pytest.mark.integration
 def test_a_second_process_reads_the_program_instead_of_tracing(cache, monkeypatch):
     first = batch.largest_batch("resnet50", "train", 2 << 30, "cuda", scale="tiny")
     files = sorted(p.name for p in cache.iterdir())
@@ -113,6 +115,7 @@ def _entry(cache):
     return path
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("damage", ["cut short", "not json", "a number changed", "another format",
                                     "another key", "a line no more"])
 def test_a_damaged_entry_is_ignored_and_made_again(cache, monkeypatch, damage):

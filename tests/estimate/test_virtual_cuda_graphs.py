@@ -68,6 +68,7 @@ def test_the_check_runs_in_a_subprocess_and_reads_an_abort_as_no(monkeypatch):
     assert "CUDA driver version is insufficient" in cudamodel.fake_cuda_graph_note()
 
 
+@pytest.mark.integration
 def test_the_real_check_survives_and_answers():
     """The subprocess itself (about 2 s: it imports torch): on torch 2.9.1 without a driver it answers
     False (its abort stays in the subprocess), from 2.14 on it need not be asked."""
@@ -84,6 +85,7 @@ def test_the_real_check_survives_and_answers():
         assert ok is False
 
 
+@pytest.mark.integration
 def test_a_grad_estimate_on_the_virtual_cuda_device_leaves_the_process_alive():
     """The reproduction itself, in a process of its own: on torch 2.9.1 without a CUDA driver the grad mode's
     estimate aborted it (SIGABRT, exit status 134 in a shell, -6 here)."""

@@ -41,12 +41,14 @@ def _wrong_answer(ex, w):
     return w if ex.kind == "code" or not callable(w) else w()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("ex", exercises.all_exercises(), ids=lambda e: e.id)
 def test_every_reference_solution_passes_silently(ex, capsys):
     exercises.solution(ex.id)
     assert capsys.readouterr().out == ""  # Run All prints nothing for a solution
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("ex", exercises.all_exercises(), ids=lambda e: e.id)
 def test_every_check_rejects_plausible_wrong_answers_each_with_its_own_message(ex, capsys):
     assert len(ex.wrong) >= 2, f"exercise {ex.id} names fewer than two plausible wrong answers"

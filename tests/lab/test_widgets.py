@@ -192,6 +192,7 @@ def test_budget_widget_bursts_compute_once_for_the_last_value():
     assert "0.003" in bx.status.value or "3.07 MiB" in bx.status.value or "MiB" in bx.status.value
 
 
+@pytest.mark.integration
 def test_a_budget_seen_before_is_answered_without_a_search_or_a_new_drawing(monkeypatch):
     """The slider of notebook 02: back to a budget already shown, nothing is searched or drawn again,
     even in a new explorer (a re-run cell); a new budget's search starts from the nearest one seen."""

@@ -1,6 +1,7 @@
 """Issue 42: the claims wing in rooms. ``nogradlab/claims/__init__.py`` is the face (short, it re-exports);
 the rooms (``ledger``, ``result``, ``verdict``) and the check modules import each other, never the face,
 and only the face loads the check modules. A learner's ``nogradlab.claims.X`` is the room's own object."""
+import pytest
 import ast
 import subprocess
 import sys
@@ -38,6 +39,7 @@ def test_the_face_is_short_and_the_rooms_are_there():
     assert {"ledger", "result", "verdict"} <= SUBMODULES
 
 
+@pytest.mark.integration
 def test_only_the_face_loads_the_check_modules():
     code = ("import sys\n"
             "from nogradlab.claims import ledger, result, verdict\n"
@@ -79,6 +81,7 @@ def test_the_exercise_modules_import_the_registry_never_the_face():
     assert found == []
 
 
+@pytest.mark.integration
 def test_only_the_exercises_face_loads_its_modules_and_the_registry_lives_in_one_module():
     code = ("import sys\n"
             "from nogradlab.lab.exercises import registry\n"

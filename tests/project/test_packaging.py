@@ -82,6 +82,7 @@ def wheel_site(tmp_path_factory):
     return whl, site, empty
 
 
+@pytest.mark.integration
 def test_the_wheel_carries_every_reference_column(wheel_site):
     whl, site, _ = wheel_site
     names = set(zipfile.ZipFile(whl).namelist())
@@ -93,6 +94,7 @@ def test_the_wheel_carries_every_reference_column(wheel_site):
     assert not any(n.startswith("tools/") or "plan_h200" in n or n.endswith("procmem.py") for n in names)
 
 
+@pytest.mark.integration
 def test_an_installed_package_judges_gpu_speed_claims_by_the_reference_gpu_as_the_checkout_does(wheel_site):
     _, site, empty = wheel_site
     out = empty.parent / "claims.json"
@@ -113,6 +115,7 @@ def test_an_installed_package_judges_gpu_speed_claims_by_the_reference_gpu_as_th
         assert here["summary"] == e["summary"]
 
 
+@pytest.mark.integration
 def test_run_from_an_installed_package_says_what_it_needs(wheel_site):
     _, site, empty = wheel_site
     p = subprocess.run([sys.executable, "-m", "nogradlab", "run", "--device", "cpu", "--scale", "tiny"],

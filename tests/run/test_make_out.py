@@ -166,6 +166,7 @@ print("estimate rc", main(["estimate", "no_such_module_xyz:model", "--input", "3
 '''
 
 
+@pytest.mark.integration
 def test_the_commands_load_and_lock_without_fcntl(tmp_path):
     proc = subprocess.run([sys.executable, "-c", _NO_FCNTL, str(tmp_path)], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -91,6 +91,7 @@ def _gpu_ref(*args, timeout=300):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@pytest.mark.integration
 def test_gpu_reference_claims_refuses_to_replace_a_complete_column_before_any_work(tmp_path):
     folder = tmp_path / report.machine_slug(device.describe(device.resolve("cpu")))
     folder.mkdir()
@@ -105,6 +106,7 @@ def test_gpu_reference_claims_refuses_to_replace_a_complete_column_before_any_wo
     assert (folder / "claims.json").read_bytes() == before
 
 
+@pytest.mark.integration
 def test_gpu_reference_merge_of_parts_refuses_to_replace_a_complete_column(tmp_path):
     parts = []
     for cid in ("C06", "C30"):

@@ -28,6 +28,7 @@ def stored_report(tmp_path_factory):
     return report.write_html(doc, out, refs=refs), doc, refs
 
 
+@pytest.mark.integration
 def test_one_machine_on_several_releases_folds_into_the_by_release_view(stored_report):
     _, doc, refs = stored_report
     shown, folded = report.shown_columns(refs)
@@ -63,6 +64,7 @@ def test_a_columns_age_protocol_and_old_evidence_are_shown_and_their_absence_tol
     assert "<sup class='old'" in page
 
 
+@pytest.mark.integration
 def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
     if not CHROMIUM.exists():
         pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
@@ -107,6 +109,7 @@ OPENED_WORDS = """() => [...document.querySelectorAll('#verdict-table details.cl
   return {id: d.dataset.claim, words: n, picture: !!d.querySelector('.picture svg')}; })"""
 
 
+@pytest.mark.integration
 def test_an_opened_row_reads_in_120_words_with_its_picture_and_the_failing_figures_lead(stored_report):
     """Each opened claim of the committed columns reads at most 120 words outside its folded record (it read
     a median of 654 and up to 3,871 when everything lay open); every claim whose conditions have figures

@@ -112,6 +112,7 @@ def test_saved_by_layer_leaves_out_weights_of_layers_whose_forward_never_runs():
     assert memory.measure(lambda: model(x), "cpu").saved_bytes == saved.total_bytes
 
 
+@pytest.mark.integration
 def test_the_attention_matrix_is_seen_where_it_is_saved_and_not_elsewhere():
     torch.manual_seed(0)
     explicit = yourmodel.saved_by_layer(F.explicit_attention(), torch.randn(2, 10, 16))
@@ -137,6 +138,7 @@ def test_nothing_is_saved_outside_grad_mode_the_lessons_premise():
 # here: peaks and times
 
 
+@pytest.mark.integration
 def test_measure_here_peaks_by_mode():
     spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8")
     here = yourmodel.measure_here(spec, "cpu", "tiny", 0, time_it=False)
@@ -146,6 +148,7 @@ def test_measure_here_peaks_by_mode():
     assert "timing" not in here and here["device"] == "cpu"
 
 
+@pytest.mark.integration
 def test_measure_here_times_each_mode_with_an_interval_around_its_ratio():
     spec = yourmodel.check("yourmodel_factories:explicit_attention", "10x16")
     here = yourmodel.measure_here(spec, "cpu", "tiny", 0)
@@ -214,6 +217,7 @@ def _timeless(modes: dict) -> dict:
     return {m: {k: v for k, v in e.items() if k != "seconds"} for m, e in modes.items()}
 
 
+@pytest.mark.integration
 def test_the_estimate_is_the_commands_document_also_through_the_loop_for_several_inputs(tmp_path):
     spec = yourmodel.check("yourmodel_factories:explicit_attention", "10x16", "float32", "64MiB")
     cli = _command_doc(tmp_path, spec.model, "10x16", "float32", "64MiB")
