@@ -17,12 +17,26 @@ measures the import floor (a kernel that only imports) and prints each notebook'
 Much of a kernel's RSS is clean file-backed pages, which a capped container drops and reads back:
 --memory-limit measures whether a notebook fits such a cap, beside what it touched.
 
-Budgets (issue 15): a notebook <= 30 s, the papermill pass <= 150 s, claims <= 45 s, run <= 180 s,
-every kernel's peak RSS <= 1.0 GB. They are printed, never asserted in a test: machines differ by
-2-3x in speed. --json FILE writes every figure (with the machine it ran on) for results/.
+6. with --widget: notebook 02's budget slider, a new budget after the first (ResNet-50, the four modes);
+7. with --estimate: `python -m nogradlab estimate` of a model no run has seen (torchvision's swin_t);
+8. with --unit: `make unit`'s tests (`pytest -m unit` on two processes).
+
+Budgets (issue 38, on the 2-core EPYC, quiet): a notebook <= 30 s and no cell over 8 s, the papermill pass
+<= 120 s, claims <= 30 s, run <= 150 s, a new budget in 02's widget <= 2 s, an unseen model's estimate
+<= 10 s, make unit <= 60 s; every kernel's peak RSS <= 1.0 GB and notebook 10's anonymous peak <= 0.64 GB.
+--neighbour runs one busy neighbour process (a pure-Python loop on one core) the whole time: each figure
+at most twice its quiet one. `--table QUIET.json BUSY.json` prints both columns beside the budgets.
+
+Allocation programs and memory rows are kept between runs (nogradlab.estimate.programs): the benchmark
+uses a cache folder of its own, empty at the start (a learner's first session: the notebooks, claims and
+run share it, in that order), unless --cache DIR names one (a second run: warm).
+They are printed, never asserted in a test: machines differ by 2-3x in speed. --json FILE writes every
+figure (with the machine it ran on) for results/.
 
     python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--fresh-clone]
+                                [--widget] [--estimate] [--unit] [--neighbour] [--cache DIR]
                                 [--memory-limit 1e9 [--warm-cache]] [--json FILE]
+    python benchmarks/session.py --table QUIET.json BUSY.json
 """
 from __future__ import annotations
 
@@ -41,8 +55,11 @@ sys.path.insert(0, str(ROOT))
 
 from tools.procmem import PeakRSS, import_floor  # noqa: E402
 
-BUDGETS = {"notebook_s": 30.0, "papermill_total_s": 150.0, "claims_s": 45.0, "run_s": 180.0,
-           "kernel_peak_rss_bytes": 1.0e9}
+BUDGETS = {"notebook_s": 30.0, "cell_s": 8.0, "papermill_total_s": 120.0, "claims_s": 30.0, "run_s": 150.0,
+           "widget_new_budget_s": 2.0, "estimate_unseen_s": 10.0, "unit_s": 60.0,
+           "kernel_peak_rss_bytes": 1.0e9, "nb10_anon_peak_bytes": 0.64e9}
+#: beside one busy neighbour process, each figure at most this many times its quiet one (issue 38)
+NEIGHBOUR_FACTOR = 2.0
 
 
 def machine() -> dict:
@@ -121,7 +138,7 @@ def _run_notebooks(stems, cells: int, floor: int, out_dir: Path) -> dict:
               f"({(rss.peak - floor) / 1e6:+5.0f} MB over the import floor; anonymous {rss.anon_peak / 1e6:4.0f} MB)"
               + (f"   FAILED {error}" if error else ""))
         for s, i, t in slow[:cells]:
-            print(f"         cell {i:3d} {s:6.2f} s  {t}")
+            print(f"    {mark(s, BUDGETS['cell_s'])} cell {i:3d} {s:6.2f} s  {t}")
     total = sum(r["seconds"] for r in rows.values())
     peak = max((r["peak_rss_bytes"] for r in rows.values()), default=0)
     if len(rows) == len(sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))):
@@ -222,6 +239,99 @@ def run_make_run() -> dict:
     return {"seconds": round(seconds, 2), "exit": proc.returncode}
 
 
+def run_widget() -> dict:
+    print(f"\n== 6. notebook 02's budget slider: a new budget (13.5 GiB after 12 GiB), ResNet-50, four modes; "
+          f"budget {BUDGETS['widget_new_budget_s']:.0f} s")
+    code = ("import time, json\nfrom nogradlab.lab import widgets\n"
+            "t=time.perf_counter(); widgets.largest_batches('resnet50','full','cuda',12); first=time.perf_counter()-t\n"
+            "t=time.perf_counter(); widgets.largest_batches('resnet50','full','cuda',13.5); new=time.perf_counter()-t\n"
+            "print(json.dumps({'first_s': round(first, 2), 'new_budget_s': round(new, 2)}))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    try:
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        print(f"  FAIL widget: {proc.stderr[-300:]}")
+        return {"error": proc.stderr[-300:]}
+    print(f"  {mark(r['new_budget_s'], BUDGETS['widget_new_budget_s'])} a new budget {r['new_budget_s']:6.2f} s "
+          f"(the first budget, making the programs: {r['first_s']:.2f} s)")
+    return r
+
+
+def run_estimate(model: str = "torchvision.models:swin_t") -> dict:
+    print(f"\n== 7. python -m nogradlab estimate {model} (four modes); budget {BUDGETS['estimate_unseen_s']:.0f} s")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "nogradlab", "estimate", model, "--input", "3x224x224",
+                           "--no-progress"], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    print(f"  {mark(seconds, BUDGETS['estimate_unseen_s'])} estimate {seconds:6.1f} s"
+          + ("" if proc.returncode == 0 else f"   exit {proc.returncode}: {proc.stderr[-300:]}"))
+    return {"model": model, "seconds": round(seconds, 2), "exit": proc.returncode}
+
+
+def run_unit() -> dict:
+    print(f"\n== 8. make unit's tests (pytest -m unit, two processes); budget {BUDGETS['unit_s']:.0f} s")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "unit", "-q", "-n", "2", "--dist", "loadfile",
+                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    print(f"  {mark(seconds, BUDGETS['unit_s'])} make unit {seconds:6.1f} s  {' '.join(tail)}")
+    return {"seconds": round(seconds, 2), "exit": proc.returncode, "summary": " ".join(tail)}
+
+
+class Neighbour:
+    """One busy neighbour process for the block: a pure-Python loop that keeps one core busy."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True:\n    pass"])
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def figures(d: dict) -> dict:
+    """The budgeted figures of one --json file: name -> (value, budget)."""
+    out = {}
+    nbs = (d.get("papermill") or {}).get("notebooks", {})
+    for stem, r in nbs.items():
+        out[f"notebook {stem[:2]}"] = (r["seconds"], BUDGETS["notebook_s"])
+    if nbs:
+        out["slowest cell"] = (max((c["seconds"] for r in nbs.values() for c in r["slowest_cells"]), default=0.0),
+                               BUDGETS["cell_s"])
+        out["papermill pass"] = (d["papermill"]["total_seconds"], BUDGETS["papermill_total_s"])
+        if any(k.startswith("10_") for k in nbs):
+            out["notebook 10 anonymous peak (GB)"] = (
+                next(r["anon_peak_bytes"] for k, r in nbs.items() if k.startswith("10_")) / 1e9,
+                BUDGETS["nb10_anon_peak_bytes"] / 1e9)
+    for key, name, budget in (("claims", "claims", "claims_s"), ("run", "run", "run_s"),
+                              ("estimate", "estimate (unseen model)", "estimate_unseen_s"),
+                              ("unit", "make unit", "unit_s")):
+        if key in d and "seconds" in d[key]:
+            out[name] = (d[key]["seconds"], BUDGETS[budget])
+    if "widget" in d and "new_budget_s" in d["widget"]:
+        out["widget: a new budget"] = (d["widget"]["new_budget_s"], BUDGETS["widget_new_budget_s"])
+    return out
+
+
+def table(quiet_path: str, busy_path: str) -> str:
+    """Markdown: each budgeted figure quiet and beside one busy neighbour, with the budget and whether the
+    busy figure stays within twice the quiet one."""
+    q, b = (json.loads(Path(p).read_text()) for p in (quiet_path, busy_path))
+    fq, fb = figures(q), figures(b)
+    lines = [f"| figure | budget | quiet (load {q['machine']['load_avg_at_start'][0]:.1f}) | "
+             f"beside one busy neighbour (load {b['machine']['load_avg_at_start'][0]:.1f}) | busy / quiet |",
+             "|---|---|---|---|---|"]
+    for name, (v, budget) in fq.items():
+        w = fb.get(name, (None,))[0]
+        unit = "" if "GB" in name else " s"
+        ratio = f"{w / v:.2f}x {'ok' if w <= NEIGHBOUR_FACTOR * v else 'OVER'}" if w is not None and v else "-"
+        lines.append(f"| {name} | {budget:g}{unit} | {v:.2f}{unit} {'ok' if v <= budget else 'OVER'} | "
+                     + (f"{w:.2f}{unit}" if w is not None else "-") + f" | {ratio} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--notebooks", default="", help="comma-separated notebook numbers or stems (default all)")
@@ -236,6 +346,14 @@ def main(argv=None) -> int:
     ap.add_argument("--warm-cache", action="store_true",
                     help="with --memory-limit: keep the page cache (by default it is dropped before each notebook)")
     ap.add_argument("--cells", type=int, default=3, help="slowest cells shown per notebook")
+    ap.add_argument("--widget", action="store_true", help="also time a new budget in notebook 02's slider")
+    ap.add_argument("--estimate", action="store_true", help="also time `nogradlab estimate` of an unseen model")
+    ap.add_argument("--unit", action="store_true", help="also time make unit's tests")
+    ap.add_argument("--neighbour", action="store_true", help="one busy neighbour process the whole time")
+    ap.add_argument("--cache", default=None, metavar="DIR",
+                    help="the folder programs are kept in (default: a new, empty one: a first session)")
+    ap.add_argument("--table", nargs=2, default=None, metavar=("QUIET", "BUSY"),
+                    help="print the figures of two --json files side by side, beside the budgets")
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
     if args.memory_limit is not None:  # a bad value is refused now, not after minutes of notebooks
@@ -247,10 +365,23 @@ def main(argv=None) -> int:
             ap.error(f"--memory-limit: {e}")
         except MemoryLimitUnavailable:
             pass  # said in its section; the other figures still come
+    if args.table:
+        print(table(*args.table))
+        return 0
+    import contextlib
+
+    cache = args.cache or tempfile.mkdtemp(prefix="nogradlab-bench-cache-")
+    os.environ["NOGRADLAB_CACHE_DIR"] = cache  # the kernels, claims and run inherit it
+    with Neighbour() if args.neighbour else contextlib.nullcontext():
+        return _main(args, cache)
+
+
+def _main(args, cache) -> int:
     m = machine()
     print(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}, "
           f"load average at start {m['load_avg_at_start']}")
-    out = {"machine": m, "budgets": BUDGETS}
+    out = {"machine": m, "budgets": BUDGETS, "neighbour": bool(args.neighbour), "cache": cache,
+           "cache_was_empty": not any(Path(cache).glob("programs/*.json"))}
     if not args.no_notebooks:
         floor = import_floor()
         out["import_floor_rss_bytes"] = floor
@@ -264,8 +395,15 @@ def main(argv=None) -> int:
         out["claims"] = run_claims()
     if args.make_run:
         out["run"] = run_make_run()
+    if args.widget:
+        out["widget"] = run_widget()
+    if args.estimate:
+        out["estimate"] = run_estimate()
+    if args.unit:
+        out["unit"] = run_unit()
     if args.fresh_clone:
         out["fresh_clone_make_test"] = run_fresh_clone()
+    out["load_avg_at_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     if args.json:
         from nogradlab.outdir import write_text_atomic
 
