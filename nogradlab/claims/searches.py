@@ -15,9 +15,9 @@
   request measured with :func:`nogradlab.memory.measure` around the model call.
 
 An estimate of a full-size model costs 0.1-0.6 s whatever the scale (a training step the most; the model
-is built for real once, then copied: ``memory._Templates``), and a search needs about four of them (two
-fitted as a line in the batch, two verifying the answer: :func:`nogradlab.batch._affine_find`), so the
-estimated conditions are the same at every scale. ``ctx.params`` knobs are named in each docstring.
+is built for real once, then copied: ``memory._Templates``); 3-5 of them make a step's allocation program,
+once per process and kept between runs, and every search then replays it (:class:`nogradlab.batch.Program`),
+so the estimated conditions are the same at every scale. ``ctx.params`` knobs are named in each docstring.
 """
 from __future__ import annotations
 
@@ -132,9 +132,8 @@ def _ratio(a: int, b: int) -> "float | None":
 
 def default_budgets(ctx) -> tuple:
     """The largest-batch-by-budget check's GPU budgets in GiB: 12 and 16 for every run on a CPU, whatever its scale (estimates of the
-    full-size models on a virtual GPU: a verdict from them must not change with ``--scale``; each search
-    costs about four traces, :func:`nogradlab.batch._affine_find`, and the traces at batches 1 and 2 serve
-    both budgets) and in the GPU reference run (``real_search="all"``); 12 alone in a learner's GPU run
+    full-size models on a virtual GPU: a verdict from them must not change with ``--scale``; one allocation
+    program per step serves both budgets, :class:`nogradlab.batch.Program`) and in the GPU reference run (``real_search="all"``); 12 alone in a learner's GPU run
     short of the reference, where searches run for real."""
     if ctx.on_gpu and _real_search(ctx) != "all":
         return (12.0,)

@@ -34,12 +34,16 @@ Two ways to decide whether a batch fits (``METHODS``), one search for both:
 The search (``search``) assumes memory grows with the batch: it doubles from ``start`` until a
 batch does not fit, then bisects; the answer is exact. From ``start=1`` it needs at most
 ``2*log2(N) + 2`` trials for an answer ``N``. ``largest_batch`` starts by default (``start="auto"``)
-from a guess. For an estimate on a (virtual) CUDA device two traces (batches 1 and 2, or ``hint``) are
-fitted, allocation by allocation, as a line in the batch; the search runs on traces from that line
-(replays through the allocator's model only, no tracing) and its answer ``N`` is verified by real trials
-at ``N`` (fits) and ``N + 1`` (does not): about four traces a search (:func:`_affine_find`). Where the
-traces are not one line in the batch (different operations at another batch, or a line that misses
-twice) the bracket search finishes, saying so in a note: the answer is bracketed between the
+from a guess. For an estimate on a (virtual) CUDA device one allocation program serves every batch
+(:class:`Program`): the step's traces at batches 16 and 64, each library workspace kept as its operator's
+call, are fitted allocation by allocation as a line in the batch, and checked at a third batch (the first
+of 1, 2, 4, 8 on the line, else 17); the workspaces come from each operator's shape at the batch asked
+(the table of ``nogradlab.cudamodel``). Every search, under any budget, then runs on replays of the
+program through the allocator's model, no trace (3-5 traces make a program, once per step and process,
+kept between processes by :mod:`nogradlab.estimate.programs`). Where a step's traces are not one line
+(data-dependent operations), the earlier search runs, saying so in a note: two traces fitted as a line
+and its answer verified by traces at ``N`` and ``N + 1`` (:func:`_affine_find`), and where even that
+fails the bracket search: the answer is bracketed between the
 batch whose allocated peak reaches the budget (nothing larger fits) and the batch whose uncapped
 reserved bytes do (nothing smaller fails), then closed from both ends (:func:`_bracketed`). Elsewhere
 (CPU estimates, real searches) the guess is the secant through the bytes of batches 1 and 2 (a larger
