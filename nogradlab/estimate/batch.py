@@ -1151,7 +1151,8 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
                     result.batch, how = _affine_find(probe, events_of, replay, budget_bytes, max_batch, hint,
                                                      traced=traced)
                     if how:
-                        notes.append(how)
+                        notes.append(how + (f"; no allocation program serves every batch: {prog}"
+                                            if isinstance(prog, str) else ""))
                 else:
                     result.batch = _find(probe, budget_bytes, max_batch, start, hint)
             else:
