@@ -112,7 +112,7 @@ lab: install
 # Speed and memory targets live here, not in the tests: the learner's-session budgets (each notebook,
 # claims, run; peak RSS; each notebook in a 1.0 GB memory cgroup, as root) beside this machine's figures,
 # then the measurement core's own benchmark.
-BENCH_ARGS ?= --make-run --memory-limit 1e9
+BENCH_ARGS ?= --make-run --widget --estimate --unit --memory-limit 1e9
 bench: install
 	$(PY) benchmarks/session.py $(BENCH_ARGS)
 	$(PY) benchmarks/probes.py
