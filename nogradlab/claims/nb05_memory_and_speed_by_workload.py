@@ -640,7 +640,9 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0, column: "dict | 
                                   r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
                     continue
                 lo, hi = _tolerated_gain(fwd, column, w, sr.get("speed_batch"))
-                items.append((f"{w} speed (forward gain stored without an interval)", fwd, lo, hi, None, band))
+                lent, beside = _c20_same_column(column, w, sr.get("speed_batch"))
+                items.append((f"{w} speed ({lent + '; ' if lent else ''}forward gain stored without an interval"
+                              + (f"; same column: {beside}" if beside else "") + ")", fwd, lo, hi, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
@@ -662,6 +664,51 @@ def _tolerated_gain(gain: float, column: "dict | None" = None, workload: str = "
         lo_s, hi_s = min(lo_s, mine["interval"][0]), max(hi_s, mine["interval"][1])
     hi_s = min(hi_s, 0.999)
     return 1.0 / (1.0 - lo_s) - 1.0, 1.0 / (1.0 - hi_s) - 1.0
+
+
+def _c20_lenders(column: "dict | None", workload: str, batch) -> list:
+    """The claims whose stored interval lends its spread to C20's interval-less gain of ``workload`` at
+    ``batch`` (:func:`_tolerated_gain`); [] when the 2-point minimum is wider than every stored spread."""
+    key = _ev.key_saving(workload, batch, "no_grad") if column else None
+    rs = (column or {}).get(key, ())
+    mine = next((r for r in rs if r.get("claim") == "C20" and not r.get("stored_interval")), None)
+    if mine is None:
+        return []
+    width = _ev.POINT_TOLERANCE["time saving"][1]
+    out = []
+    for side, far in ((0, lambda r: r["value"] - r["interval"][0]), (1, lambda r: r["interval"][1] - r["value"])):
+        stored = [r for r in rs if r.get("stored_interval")]
+        if stored and far(mine) > width + 1e-12:  # the borrowed side: the widest stored spread on that side
+            widest = max(far(r) for r in stored)
+            out += [r["claim"] for r in stored if abs(far(r) - widest) < 1e-12 and r["claim"] not in out]
+    return out
+
+
+def _c20_same_column(column: "dict | None", workload: str, batch) -> tuple:
+    """``(lent, beside)`` for C20's interval-less speed gain of ``workload`` at ``batch``: whose spread it
+    borrows (``"X05's spread"``, '' when only the 2-point minimum) and the column's other timings of that
+    workload as gains, the same batch first and the lender's with its interval (``"X05 +15% [+5%, +22%] at
+    batch 32, C03 +10% at 16"``), read from the column, so that the borrowed spread is seen beside them."""
+    lenders = _c20_lenders(column, workload, batch)
+    others = sorted(((k[2], r) for k, rs in (column or {}).items()
+                     if k[0] == "time saving" and k[1] == workload and k[3] == "no_grad"
+                     for r in rs if r.get("claim") != "C20"),
+                    key=lambda kr: (kr[0] != batch, kr[1]["claim"], kr[0]))
+
+    def gain(s):
+        return 1.0 / (1.0 - s) - 1.0
+
+    parts, last = [], None
+    for b, r in others:
+        lo, hi = r["interval"] if r.get("stored_interval") else (None, None)
+        text = (_format.percent_ci(gain(r["value"]), gain(lo), gain(hi), signed=True, noisy=False)
+                if lo is not None and r["claim"] in lenders and b == batch  # the spread lent: shown in full
+                else _format.percent(gain(r["value"]), 0, True) + ("" if lo is not None else " (no interval stored)"))
+        at = f"at batch {b}" if b == batch else f"at {b}"
+        parts.append(f"{text} {at}" if r["claim"] == last else f"{r['claim']} {text} {at}")
+        last = r["claim"]
+    lent = " and ".join(f"{c}'s" for c in lenders) + " spread" if lenders else ""
+    return lent, ", ".join(parts)
 
 
 def _c20_read(items) -> tuple:
@@ -708,9 +755,14 @@ def _c20_cell_text(cells, speed_rows, name: str) -> str:
         fwd = sr.get("speed_gain_forward_only")
         if fwd is None:
             return "no forward gain stored: unresolved, not counted"
-        # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label
+        # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label;
+        # whose spread, and the column's other timings of the workload beside it (from the condition's name)
+        lent = c["condition"].split(" (", 1)[1].split(";")[0] if "spread;" in c["condition"] else ""
+        beside = c["condition"].rsplit("same column: ", 1)[1][:-1] if "same column: " in c["condition"] else ""
         return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
-                f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']})")
+                f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']}"
+                + (f"; spread borrowed from {lent[:-len(' spread')]} timing" if lent else "")
+                + (f"; same column: {beside}" if beside else "") + ")")
     unit_x = c["band"]["unit"] == "x"
     val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
            _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
@@ -784,7 +836,7 @@ def _c20_disagreements(rows, cells) -> str:
             cs = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == side and kind(c) == k]
             if not cs:
                 continue
-            part = (f"{_C20_DISAGREES[(k, side)]} for {', '.join(c['condition'] for c in cs)} "
+            part = (f"{_C20_DISAGREES[(k, side)]} for {', '.join(c['condition'].split(' (')[0] for c in cs)} "
                     f"({', '.join(val(c) for c in cs)})")
             if k == "memory":
                 fo = [fwd_only.get(c["condition"].split(" ")[0]) for c in cs]

@@ -254,3 +254,19 @@ def test_estimated_memory_and_batch_cells_of_a_gpu_column_carry_their_allocator_
     assert "batch 1.40\u00d7 [0.75\u00d7, 2.64\u00d7] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
     assert words in e["scope"]["text"] and "(speed)" in e["scope"]["text"], e["scope"]
     assert cells is None or all(c["ci"] for n, c in cells.items() if "memory" in n)
+
+
+def test_c20_sets_a_borrowed_speed_spread_beside_the_columns_own_timings_of_that_workload():
+    """A protocol-1 gain (resnet50@32 +31 %) is read with the spread X05 measured at the same batch: the cell says
+    so where it is drawn, and sets the column's other timings of resnet50 beside it, read from the column (X05's
+    own +15 % at 32, C03's +10 % at 16 and +0 % at 64), not only the spread (report 3: the band picture centred
+    resnet50 on the article's band with none of them in sight)."""
+    e = stored._judged("cuda-nvidia-h200", "C20")
+    speed = {c["condition"].split(" (")[0]: c["condition"] for c in e["conditions"] if " speed" in c["condition"]}
+    name = speed["resnet50 speed"]
+    assert name.startswith("resnet50 speed (X05's spread"), name  # what the chart's 30 characters show
+    for text in ("stored without an interval", "X05 +15% [+5%, +22%] at batch 32", "C03 +10% at 16, +0% at 64"):
+        assert text in name, (text, name)
+    s = e["summary"]
+    assert "same column: X05 +15% [+5%, +22%] at batch 32" in s, s
+    assert "spread borrowed from X05's timing" in s, s
