@@ -159,6 +159,8 @@ def headline(entry: dict) -> str:
     """The first line, at most :data:`MAX_WORDS` words: ``'does not hold: article 20-40 %; measured 0.1% to 9%
     over 4 conditions (4 below)'``."""
     verdict = entry.get("verdict") or "not run"
+    if entry.get("qualifier"):  # the judge's: the part of the claim the verdict covers ("second half only")
+        verdict = f"{verdict} ({entry['qualifier']})"
     fig = figure_short(entry.get("figure"))
     measured = measured_text(entry)
     line = (f"{verdict}: " + (f"article {fig}; " if fig else "")

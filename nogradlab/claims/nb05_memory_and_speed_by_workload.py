@@ -298,11 +298,14 @@ def judge_c19(m, rule):
     decide = {k: v for k, v in decide.items() if len(v) > 1}
     if not decide:
         raise NeedsRemeasuring("no full-size series of two or more sequence lengths")
-    conds = [{"condition": k, "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
+    # the figure is a rise in the share saved between two lengths: its name says so, in points
+    conds = [{"condition": f"{k}: share saved {round(100 * (v[-1]['memory_saved'] - v[0]['memory_saved'])):+d} points, "
+                           f"{v[0]['seq_len']}->{v[-1]['seq_len']} tokens",
+              "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
               "reading": "agrees" if _grows(v) else "disagrees", "side": None if _grows(v) else "below",
               "rounds": None, "rounds_to_decide": None} for k, v in decide.items()]
     verdict = verdict_of(c["reading"] for c in conds)
-    flat = [c["condition"] for c in conds if c["reading"] == "disagrees"]
+    flat = [c["condition"].split(": share saved")[0] for c in conds if c["reading"] == "disagrees"]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
     tok_grows = {k: v[-1] > 1.05 * v[0] for k, v in per_token.items() if k in decide}
 
@@ -349,7 +352,8 @@ def judge_c19(m, rule):
                f"of {len(conds)} full-size series" + ("; the bytes saved per token do not grow (compounding per token is "
                                                       "not observed)" if not any(tok_grows.values()) else "")
                + "; 'slightly smaller than the feed-forward networks' is not judged.")
-    return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide))
+    # the first line is read alone: it names the half the verdict rests on (display.headline)
+    return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide), qualifier="second half only")
 
 
 C21 = declare(

@@ -270,3 +270,25 @@ def test_c20_sets_a_borrowed_speed_spread_beside_the_columns_own_timings_of_that
     s = e["summary"]
     assert "same column: X05 +15% [+5%, +22%] at batch 32" in s, s
     assert "spread borrowed from X05's timing" in s, s
+
+
+def test_c19s_first_line_says_it_is_judged_on_its_second_half_only_and_its_figures_carry_their_unit():
+    """C19 holds on its second half only (the fraction saved grows), not on 'compounding per token': the first
+    line, which a learner reads alone, says so (report 3: 'C19 holds ... 2 agree' taught the refuted mechanism);
+    each condition's figure is a rise in the share saved, in points between two lengths (it read '0.229')."""
+    from nogradlab.claims import display
+
+    values = estimates._stored(estimates.CPUDOC, "C19")
+    j = estimates._judge("C19", values, estimates.CPU, scale="tiny")
+    assert j.verdict == "holds" and j.qualifier == "second half only"
+    line = display.headline({"id": "C19", "verdict": j.verdict, "qualifier": j.qualifier,
+                             "conditions": j.conditions, "reading": j.reading})
+    assert line.startswith("holds (second half only): "), line
+    assert display.headline({"verdict": "holds"}) == "holds:"  # no qualifier, no brackets
+    for c in j.conditions:
+        rows = sorted(values["series"][c["condition"].split(": ")[0]], key=lambda r: r["seq_len"])
+        pts = round(100 * (rows[-1]["memory_saved"] - rows[0]["memory_saved"]))
+        assert c["condition"].endswith(f": share saved {pts:+d} points, {rows[0]['seq_len']}->{rows[-1]['seq_len']} "
+                                       "tokens"), c["condition"]
+    e = claims.judge_entry({"id": "C19", "verdict": "holds", "measurements": values}, estimates.CPUDOC["meta"])
+    assert e["qualifier"] == "second half only", e.get("qualifier")
