@@ -680,8 +680,8 @@ def _c20_lenders(column: "dict | None", workload: str, batch) -> list:
         return []
     width = _ev.POINT_TOLERANCE["time saving"][1]
     out = []
-    for side, far in ((0, lambda r: r["value"] - r["interval"][0]), (1, lambda r: r["interval"][1] - r["value"])):
-        stored = [r for r in rs if r.get("stored_interval")]
+    stored = [r for r in rs if r.get("stored_interval")]
+    for far in (lambda r: r["value"] - r["interval"][0], lambda r: r["interval"][1] - r["value"]):  # below, above
         if stored and far(mine) > width + 1e-12:  # the borrowed side: the widest stored spread on that side
             widest = max(far(r) for r in stored)
             out += [r["claim"] for r in stored if abs(far(r) - widest) < 1e-12 and r["claim"] not in out]
