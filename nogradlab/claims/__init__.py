@@ -143,7 +143,7 @@ def check(claim_id: str, device="auto", scale="auto", seed: int = 0, *, settings
                     paraphrase=claim.paraphrase, notebook=_pipeline.notebook_name(), device=info,
                     torch=torch.__version__, scale=scale, seconds=round(time.perf_counter() - t0, 3),
                     rule=claim.rule.text, reading_text=j.reading, scope=scope, conditions=j.conditions,
-                    local=local)
+                    local=local, qualifier=j.qualifier)
     _pipeline.record(result.to_dict())
     return result
 

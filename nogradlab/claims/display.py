@@ -170,6 +170,8 @@ def headline(entry: dict) -> str:
     """The first line, at most :data:`MAX_WORDS` words: ``'does not hold: article 20-40 %; measured 0.1% to 9%
     over 4 conditions (4 below)'``."""
     verdict = entry.get("verdict") or "not run"
+    if entry.get("qualifier"):  # the judge's: the part of the claim the verdict covers ("second half only")
+        verdict = f"{verdict} ({entry['qualifier']})"
     fig = figure_short(entry.get("figure"))
     measured = measured_text(entry)
     line = (f"{verdict}: " + (f"article {fig}; " if fig else "")
@@ -260,7 +262,9 @@ def glance_html(entry: dict, with_id: bool = True) -> str:
     """The first line (a chip and the words) and the picture, unfolded."""
     verdict = entry.get("verdict") or "not run"
     words = headline(entry)
-    words = words[len(verdict) + 1:].lstrip() if words.startswith(verdict + ":") else words
+    q = entry.get("qualifier")
+    head = f"{verdict} ({q}):" if q else f"{verdict}:"  # the chip says the verdict; the qualifier stays in words
+    words = (f"({q}) " if q else "") + words[len(head):].lstrip() if words.startswith(head) else words
     who = f"<b>{_html.esc(entry.get('id', ''))}</b> " if with_id else ""
     return (f"<p class='glance'>{who}{_html.badge(verdict)} {_html.esc(words)}</p>"
             f"<div class='picture'>{picture_html(entry)}</div>")

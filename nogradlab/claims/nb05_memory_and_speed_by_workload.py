@@ -299,11 +299,14 @@ def judge_c19(m, rule):
     decide = {k: v for k, v in decide.items() if len(v) > 1}
     if not decide:
         raise NeedsRemeasuring("no full-size series of two or more sequence lengths")
-    conds = [{"condition": k, "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
+    # the figure is a rise in the share saved between two lengths: its name says so, in points
+    conds = [{"condition": f"{k}: share saved {round(100 * (v[-1]['memory_saved'] - v[0]['memory_saved'])):+d} points, "
+                           f"{v[0]['seq_len']}->{v[-1]['seq_len']} tokens",
+              "value": v[-1]["memory_saved"] - v[0]["memory_saved"], "ci": None,
               "reading": "agrees" if _grows(v) else "disagrees", "side": None if _grows(v) else "below",
               "rounds": None, "rounds_to_decide": None, "estimated": not _is_measured(k)} for k, v in decide.items()]
     verdict = verdict_of(c["reading"] for c in conds)
-    flat = [c["condition"] for c in conds if c["reading"] == "disagrees"]
+    flat = [c["condition"].split(": share saved")[0] for c in conds if c["reading"] == "disagrees"]
     per_token = {k: [round(r["saved_per_token_bytes"] / 1024, 1) for r in v] for k, v in series.items()}
     tok_grows = {k: v[-1] > 1.05 * v[0] for k, v in per_token.items() if k in decide}
 
@@ -350,7 +353,8 @@ def judge_c19(m, rule):
                f"of {len(conds)} full-size series" + ("; the bytes saved per token do not grow (compounding per token is "
                                                       "not observed)" if not any(tok_grows.values()) else "")
                + "; 'slightly smaller than the feed-forward networks' is not judged.")
-    return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide))
+    # the first line is read alone: it names the half the verdict rests on (display.headline)
+    return Judgement(verdict, summary, reading, conds, _seq_scope(m, decide), qualifier="second half only")
 
 
 C21 = declare(
@@ -646,7 +650,9 @@ def _c20_cells(rows, speed_rows, fused: bool, err: float = 0.0, column: "dict | 
                                   r["speed_band"][0] - 1.0, -math.inf, math.inf, None, band))
                     continue
                 lo, hi = _tolerated_gain(fwd, column, w, sr.get("speed_batch"))
-                items.append((f"{w} speed (forward gain stored without an interval)", fwd, lo, hi, None, band))
+                lent, beside = _c20_same_column(column, w, sr.get("speed_batch"))
+                items.append((f"{w} speed ({lent + '; ' if lent else ''}forward gain stored without an interval"
+                              + (f"; same column: {beside}" if beside else "") + ")", fwd, lo, hi, None, band))
                 continue
             v, lo, hi = _c20_speed(sr, fused)
             items.append((f"{w} speed", v, lo, hi, sr.get("speed_rounds"), band))
@@ -668,6 +674,51 @@ def _tolerated_gain(gain: float, column: "dict | None" = None, workload: str = "
         lo_s, hi_s = min(lo_s, mine["interval"][0]), max(hi_s, mine["interval"][1])
     hi_s = min(hi_s, 0.999)
     return 1.0 / (1.0 - lo_s) - 1.0, 1.0 / (1.0 - hi_s) - 1.0
+
+
+def _c20_lenders(column: "dict | None", workload: str, batch) -> list:
+    """The claims whose stored interval lends its spread to C20's interval-less gain of ``workload`` at
+    ``batch`` (:func:`_tolerated_gain`); [] when the 2-point minimum is wider than every stored spread."""
+    key = _ev.key_saving(workload, batch, "no_grad") if column else None
+    rs = (column or {}).get(key, ())
+    mine = next((r for r in rs if r.get("claim") == "C20" and not r.get("stored_interval")), None)
+    if mine is None:
+        return []
+    width = _ev.POINT_TOLERANCE["time saving"][1]
+    out = []
+    stored = [r for r in rs if r.get("stored_interval")]
+    for far in (lambda r: r["value"] - r["interval"][0], lambda r: r["interval"][1] - r["value"]):  # below, above
+        if stored and far(mine) > width + 1e-12:  # the borrowed side: the widest stored spread on that side
+            widest = max(far(r) for r in stored)
+            out += [r["claim"] for r in stored if abs(far(r) - widest) < 1e-12 and r["claim"] not in out]
+    return out
+
+
+def _c20_same_column(column: "dict | None", workload: str, batch) -> tuple:
+    """``(lent, beside)`` for C20's interval-less speed gain of ``workload`` at ``batch``: whose spread it
+    borrows (``"X05's spread"``, '' when only the 2-point minimum) and the column's other timings of that
+    workload as gains, the same batch first and the lender's with its interval (``"X05 +15% [+5%, +22%] at
+    batch 32, C03 +10% at 16"``), read from the column, so that the borrowed spread is seen beside them."""
+    lenders = _c20_lenders(column, workload, batch)
+    others = sorted(((k[2], r) for k, rs in (column or {}).items()
+                     if k[0] == "time saving" and k[1] == workload and k[3] == "no_grad"
+                     for r in rs if r.get("claim") != "C20"),
+                    key=lambda kr: (kr[0] != batch, kr[1]["claim"], kr[0]))
+
+    def gain(s):
+        return 1.0 / (1.0 - s) - 1.0
+
+    parts, last = [], None
+    for b, r in others:
+        lo, hi = r["interval"] if r.get("stored_interval") else (None, None)
+        text = (_format.percent_ci(gain(r["value"]), gain(lo), gain(hi), signed=True, noisy=False)
+                if lo is not None and r["claim"] in lenders and b == batch  # the spread lent: shown in full
+                else _format.percent(gain(r["value"]), 0, True) + ("" if lo is not None else " (no interval stored)"))
+        at = f"at batch {b}" if b == batch else f"at {b}"
+        parts.append(f"{text} {at}" if r["claim"] == last else f"{r['claim']} {text} {at}")
+        last = r["claim"]
+    lent = " and ".join(f"{c}'s" for c in lenders) + " spread" if lenders else ""
+    return lent, ", ".join(parts)
 
 
 def _c20_read(items) -> tuple:
@@ -715,9 +766,14 @@ def _c20_cell_text(cells, speed_rows, name: str) -> str:
         fwd = sr.get("speed_gain_forward_only")
         if fwd is None:
             return "no forward gain stored: unresolved, not counted"
-        # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label
+        # the interval is assigned (the column's spread, at least 2 points), not measured: no "noisy" label;
+        # whose spread, and the column's other timings of the workload beside it (from the condition's name)
+        lent = c["condition"].split(" (", 1)[1].split(";")[0] if "spread;" in c["condition"] else ""
+        beside = c["condition"].rsplit("same column: ", 1)[1][:-1] if "same column: " in c["condition"] else ""
         return (f"{fwd:+.0%} forward against forward, stored without an interval, read as "
-                f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']})")
+                f"{_format.percent_ci(fwd, *c['ci'], signed=True, noisy=False)} ({c['reading']}"
+                + (f"; spread borrowed from {lent[:-len(' spread')]} timing" if lent else "")
+                + (f"; same column: {beside}" if beside else "") + ")")
     unit_x = c["band"]["unit"] == "x"
     val = (_format.ratio_ci(c["value"], *(c["ci"] or (None, None)), noisy=False) if unit_x else
            _signed_ci(c["value"], *c["ci"]) if c["ci"] else _format.percent(c["value"], 0))
@@ -791,7 +847,7 @@ def _c20_disagreements(rows, cells) -> str:
             cs = [c for c in cells if c["reading"] == "disagrees" and c.get("side") == side and kind(c) == k]
             if not cs:
                 continue
-            part = (f"{_C20_DISAGREES[(k, side)]} for {', '.join(c['condition'] for c in cs)} "
+            part = (f"{_C20_DISAGREES[(k, side)]} for {', '.join(c['condition'].split(' (')[0] for c in cs)} "
                     f"({', '.join(val(c) for c in cs)})")
             if k == "memory":
                 fo = [fwd_only.get(c["condition"].split(" ")[0]) for c in cs]

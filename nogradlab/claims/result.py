@@ -204,13 +204,16 @@ class Judgement:
     """A judge's answer: ``verdict`` (one of :data:`VERDICTS`), ``summary`` (the measured figures in
     one or two sentences), ``reading`` (one line that follows from them), ``conditions`` (one row
     per judged condition: ``condition``, ``value``, ``ci``, ``reading``), ``scope`` (what the verdict
-    stands on, when the judge knows better than the claim's basis: ``{"basis", "text"}``)."""
+    stands on, when the judge knows better than the claim's basis: ``{"basis", "text"}``), ``qualifier`` (a
+    few words the first line puts after the verdict word, when the verdict covers part of the claim only:
+    ``"second half only"``)."""
 
     verdict: str
     summary: str
     reading: str = ""
     conditions: list = field(default_factory=list)
     scope: "dict | None" = None
+    qualifier: str = ""
 
 
 @dataclass
@@ -240,6 +243,7 @@ class Result:
     scope: dict = field(default_factory=dict)
     conditions: list = field(default_factory=list)
     local: "dict | None" = None
+    qualifier: str = ""  # the judge's (Judgement.qualifier): the first line's words after the verdict
 
     @property
     def evidence(self) -> dict:

@@ -328,7 +328,7 @@ def _conflicted(claim: Claim, where: str, conflicts: list, local: "Judgement | N
         text = head + body + (f" On your machine: {local.summary}" if local is not None else "")
         rows = [dict(r, reading="unresolved", side=None, conflict=True)
                 if _timed_workload(r) in doubt else r for r in j.conditions or []]
-        return Judgement(verdict, text, j.reading, rows, j.scope)
+        return Judgement(verdict, text, j.reading, rows, j.scope, j.qualifier)
     text = (f"{where} contradicts itself on what {claim.id} reads ({conflict_text(conflicts)}): one physical "
             f"quantity, several values{f', and {why}' if why else ''}, so it does not decide {claim.id}; a run "
             f"with today's protocol, which times each condition once for every claim, would.")
@@ -402,7 +402,7 @@ def _final_mixed(claim: Claim, m: Measurements, j: Judgement, ref, rejected) -> 
         stale = _stale_words(used[1])
         if stale:
             jm = Judgement(jm.verdict, f"{jm.summary} Speed cells: {stale}", jm.reading, jm.conditions,
-                           jm.scope)
+                           jm.scope, jm.qualifier)
     return jm, scope, None
 
 
@@ -511,4 +511,8 @@ def judge_entry(entry: dict, meta: "dict | None" = None, conflicts=(), readings:
              scope=scope, conditions=j.conditions, local=local, rule=claim.rule.text, measurements=m.values,
              paraphrase=claim.paraphrase, figure=claim.figure)
     e.pop("evidence", None)
+    if j.qualifier:  # the judge's words for the part of the claim its verdict covers (display.headline)
+        e["qualifier"] = j.qualifier
+    else:
+        e.pop("qualifier", None)
     return e

@@ -830,11 +830,14 @@ def glance_line(entry: dict) -> str:
     without the verdict and the article's figure, which the row shows in their own cells."""
     text = _display.headline(entry)
     verdict = entry.get("verdict") or NOT_RUN
-    text = text[len(verdict) + 1:].lstrip() if text.startswith(verdict + ":") else text
+    q = entry.get("qualifier")  # the judge's words for the part of the claim its verdict covers: kept
+    head = f"{verdict} ({q}):" if q else f"{verdict}:"
+    text = text[len(head):].lstrip() if text.startswith(head) else text
     fig = _display.figure_short(entry.get("figure"))
     if fig and text.startswith(f"article {fig}; "):
         text = text[len(f"article {fig}; "):]
-    return "Measured" + text[len("measured"):] if text.startswith("measured ") else text
+    text = "Measured" + text[len("measured"):] if text.startswith("measured ") else text
+    return f"({q}) {text}" if q else text
 
 
 def plain_line(entry: dict) -> str:

@@ -324,7 +324,8 @@ def test_c20_off_a_gpu_uses_a_conflicted_reference_for_the_workloads_the_conflic
     rows = {r["condition"].split(" (")[0]: r for r in e["conditions"]}
     assert rows["resnet50 speed"]["conflict"] is True
     assert not rows["transformer_base speed"].get("conflict")
-    assert "transformer_base speed (forward gain stored without an interval)" in {r["condition"] for r in e["conditions"]}
+    assert any(r["condition"].startswith("transformer_base speed (forward gain stored without an interval")
+               for r in e["conditions"])  # then the column's other timings of it (same column: ...)
     assert "it cannot decide resnet50 speed" in e["summary"], e["summary"]
     assert e["scope"]["conflicts"] and e["scope"]["machine"] == "cuda-nvidia-h200"
 

@@ -26,7 +26,8 @@ def test_every_stored_entrys_first_line_holds_the_verdict_in_25_words(path):
     lengths = []
     for c in doc["claims"]:
         line = display.headline(c)
-        assert line.startswith(f"{c['verdict'] or 'not run'}: "), line
+        qualifier = f" ({c['qualifier']})" if c.get("qualifier") else ""  # the judge's: C19's "second half only"
+        assert line.startswith(f"{c['verdict'] or 'not run'}{qualifier}: "), line
         assert len(line.split()) <= display.MAX_WORDS, line
         if c.get("figure"):
             assert f"article {display.figure_short(c['figure'])}" in line, line

@@ -260,3 +260,48 @@ def test_estimated_memory_and_batch_cells_of_a_gpu_column_carry_their_allocator_
     assert "batch 1.40\u00d7 [0.75\u00d7, 2.64\u00d7] (unresolved)" in s, s  # mlp: 1.40 * 0.694 / 1.306 .. 1.40 * 1.306 / 0.694
     assert words in e["scope"]["text"] and "(speed)" in e["scope"]["text"], e["scope"]
     assert cells is None or all(c["ci"] for n, c in cells.items() if "memory" in n)
+
+
+def test_c20_sets_a_borrowed_speed_spread_beside_the_columns_own_timings_of_that_workload():
+    """A protocol-1 gain (resnet50@32 +31 %) is read with the spread X05 measured at the same batch: the cell says
+    so where it is drawn, and sets the column's other timings of resnet50 beside it, read from the column (X05's
+    own +15 % at 32, C03's +10 % at 16 and +0 % at 64), not only the spread (report 3: the band picture centred
+    resnet50 on the article's band with none of them in sight)."""
+    e = stored._judged("cuda-nvidia-h200", "C20")
+    speed = {c["condition"].split(" (")[0]: c["condition"] for c in e["conditions"] if " speed" in c["condition"]}
+    name = speed["resnet50 speed"]
+    assert name.startswith("resnet50 speed (X05's spread"), name  # what the chart's 30 characters show
+    for text in ("stored without an interval", "X05 +15% [+5%, +22%] at batch 32", "C03 +10% at 16, +0% at 64"):
+        assert text in name, (text, name)
+    s = e["summary"]
+    assert "same column: X05 +15% [+5%, +22%] at batch 32" in s, s
+    assert "spread borrowed from X05's timing" in s, s
+
+
+def test_c19s_first_line_says_it_is_judged_on_its_second_half_only_and_its_figures_carry_their_unit():
+    """C19 holds on its second half only (the fraction saved grows), not on 'compounding per token': the first
+    line, which a learner reads alone, says so (report 3: 'C19 holds ... 2 agree' taught the refuted mechanism);
+    each condition's figure is a rise in the share saved, in points between two lengths (it read '0.229')."""
+    from nogradlab.claims import display
+
+    values = estimates._stored(estimates.CPUDOC, "C19")
+    j = estimates._judge("C19", values, estimates.CPU, scale="tiny")
+    assert j.verdict == "holds" and j.qualifier == "second half only"
+    line = display.headline({"id": "C19", "verdict": j.verdict, "qualifier": j.qualifier,
+                             "conditions": j.conditions, "reading": j.reading})
+    assert line.startswith("holds (second half only): "), line
+    assert display.headline({"verdict": "holds"}) == "holds:"  # no qualifier, no brackets
+    # beside the verdict's chip (notebook) or cell (report) the words keep the qualifier, not the verdict twice
+    glance = display.glance_html({"id": "C19", "verdict": j.verdict, "qualifier": j.qualifier,
+                                  "conditions": j.conditions})
+    assert "(second half only) measured 2 conditions" in glance and "holds (second" not in glance, glance
+    from nogradlab.run import report
+    assert report.glance_line({"verdict": "holds", "qualifier": "second half only", "conditions": j.conditions}
+                              ).startswith("(second half only) Measured 2 conditions"), j.conditions
+    for c in j.conditions:
+        rows = sorted(values["series"][c["condition"].split(": ")[0]], key=lambda r: r["seq_len"])
+        pts = round(100 * (rows[-1]["memory_saved"] - rows[0]["memory_saved"]))
+        assert c["condition"].endswith(f": share saved {pts:+d} points, {rows[0]['seq_len']}->{rows[-1]['seq_len']} "
+                                       "tokens"), c["condition"]
+    e = claims.judge_entry({"id": "C19", "verdict": "holds", "measurements": values}, estimates.CPUDOC["meta"])
+    assert e["qualifier"] == "second half only", e.get("qualifier")

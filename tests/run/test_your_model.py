@@ -325,3 +325,24 @@ def test_a_factory_written_in_the_notebook_is_named_main_factory(monkeypatch):
     monkeypatch.setattr(__main__, "factory", lambda: nn.Linear(8, 4), raising=False)
     spec = yourmodel.check("__main__:factory", "8")
     assert isinstance(spec.build("cpu", 0), nn.Linear)
+
+
+def test_measure_here_measures_a_later_training_step_that_holds_the_momentum_through_backward():
+    """The train row is a first step: SGD makes its momentum buffers after backward freed what the forward saved
+    (torch/optim/sgd.py clones the gradient when the buffer is None). A later step holds them through backward:
+    measure_here measures that second step with the same optimizer, the buffers counted as resident (report 3:
+    the recipe's first-step figure understated a training loop)."""
+    spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8")
+    here = yourmodel.measure_here(spec, "cpu", "tiny", 0, time_it=False)
+    first, later = here["peak_bytes"]["train"], here["train_later_step_bytes"]
+    net = spec.build("cpu", 0)
+    weights = sum(p.numel() * p.element_size() for p in net.parameters())
+    assert later > first and later > 3 * weights, (first, later, weights)  # weights, gradients, momentum
+    line = next(ln for ln in yourmodel.recipe(None, here, None) if "training step" in ln)
+    assert "a first training step" in line and "a later step" in line and _format_bytes(later) in line, line
+
+
+def _format_bytes(n):
+    from nogradlab.core import format as _format
+
+    return _format.bytes_(n)

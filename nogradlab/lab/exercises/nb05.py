@@ -33,7 +33,8 @@ _W = 512 * 512 * 4  # the weight
 
 
 @exercise("05.1", kind="predict", wrong=[
-    (lambda: _IN, "ReLU"),
+    (lambda: _IN, "the ReLU's output alone"),
+    (lambda: _IN // 4, "one (32, 512) tensor in elements"),
     (lambda: 2 * _IN + _W, "weight"),
     (lambda: 0, "nothing"),
     (lambda: _IN // 4 * 2, "4 bytes"),
@@ -53,9 +54,13 @@ def _(a):
         return None
     if a == 0:
         return "nothing saved is what no_grad gives; with grad on both layers keep a tensor for backward"
-    if a in (_IN, _IN // 4):
-        return ("that counts the Linear's input only: ReLU keeps its output too (backward needs to know "
-                "where it was positive), another (32, 512) float32 tensor")
+    if a == _IN:  # one tensor's bytes: either of the two
+        return (f"{a} bytes is one (32, 512) float32 tensor: the Linear's input alone, or the ReLU's output alone; "
+                "backward needs both: the Linear keeps its input (for the weight's gradient) and the ReLU its "
+                "output (to know where it was positive)")
+    if a == _IN // 4:
+        return (f"{a} is one (32, 512) tensor in elements, not bytes (a float32 element takes 4 bytes), and one "
+                "tensor only: the Linear keeps its input and the ReLU its output")
     if a >= _W:
         return ("that counts the weight: it is a parameter, in memory in both modes, so it is not what "
                 "no_grad saves (the exercise leaves it out)")
