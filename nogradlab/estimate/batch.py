@@ -1080,10 +1080,9 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
         allocator = allocator or ("native" if method == "estimate" else _process_allocator())
     else:
         allocator = None
-    held_bytes = int(held_bytes)
     if hint is not None:
         _check_positive_int(hint, "hint")
-    budget_bytes = int(budget_bytes)
+    held_bytes, budget_bytes = int(held_bytes), int(budget_bytes)
     t0 = time.perf_counter()
     trials, notes = [], []
     bar = None
@@ -1104,57 +1103,8 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
     try:
         with frozen_gc():
             if method == "estimate":
-                if virtual:
-                    notes.append(f"no GPU here: estimated on a virtual {dev} device")
-                if cuda:
-                    notes.append(f"decided as the real cap decides: the step's allocations replayed "
-                                 f"through the caching allocator's model ({allocator}) under a cap "
-                                 f"of {_memory.format_bytes(budget_bytes)} reserved")
-
-                fast = _fastpath_enabled()  # part of every cache key: a trace with the fast path differs
-
-                def estimated(b):
-                    if cuda:
-                        ok, n, allocated, est_notes = _modelled_fit(key, scale, mode, b, dev, allocator,
-                                                                    held_bytes, budget_bytes, fast)
-                    else:
-                        n, est_notes = _estimated_bytes(key, scale, mode, b, dev, fast)
-                        ok, allocated = n <= budget_bytes, None
-                    notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
-                    return (ok, n, allocated) if cuda else (ok, n)
-
-                probe = _recorded(estimated, record)
-                prog = _program(key, scale, mode, dev, fast) if cuda and start == "auto" else None
-                if isinstance(prog, Program):
-                    notes.extend(x for x in prog.notes if x not in notes and not x.startswith("reserved bytes"))
-                    def replayed_or_traced(b, prog=prog):
-                        out = _replayed(prog, allocator, held_bytes, budget_bytes, b)
-                        return estimated(b) if out is None else out
-
-                    probe = _recorded(replayed_or_traced, record)
-                    result.batch = _find(probe, budget_bytes, max_batch, "auto", hint)
-                    small = sum(1 for t in trials if not prog.serves(t[0]))
-                    notes.append(f"{SEARCH_NOTE}: by {len(trials) - small} replays of {prog.describe()}"
-                                 + (f", and {small} trial{'s' if small > 1 else ''} traced below it" if small else ""))
-                elif cuda and start == "auto":
-                    from nogradlab.estimate import allocator as _alloc
-
-                    def events_of(b):
-                        return _trace(key, scale, mode, b, dev, allocator, held_bytes, fast)[0]
-
-                    def replay(events):
-                        capped = _alloc.simulate(events, allocator, budget_bytes, keep_segments=False)
-                        free = _alloc.simulate(events, allocator, None, keep_segments=False)
-                        return not capped.oom, free.reserved_peak_bytes, free.allocated_peak_bytes
-
-                    traced = _traced_batches(key, scale, mode, dev, allocator, held_bytes, fast)
-                    result.batch, how = _affine_find(probe, events_of, replay, budget_bytes, max_batch, hint,
-                                                     traced=traced)
-                    if how:
-                        notes.append(how + (f"; no allocation program serves every batch: {prog}"
-                                            if isinstance(prog, str) else ""))
-                else:
-                    result.batch = _find(probe, budget_bytes, max_batch, start, hint)
+                result.batch = _search_estimate(key, scale, mode, dev, virtual, allocator, held_bytes,
+                                                budget_bytes, max_batch, start, hint, record, notes, trials)
             else:
                 result.batch = _search_real(wl, mode, torch.device(dev), budget_bytes, max_batch,
                                             start, record, result, hint)
@@ -1167,6 +1117,63 @@ def largest_batch(workload: str, mode: str, budget_bytes: int, device="cpu", *, 
         notes.append(f"{_AT_LIMIT}{max_batch} fitted; the limit may be larger")
     result.seconds = round(time.perf_counter() - t0, 3)
     return result
+
+
+def _search_estimate(key, scale, mode, dev, virtual, allocator, held_bytes, budget_bytes, max_batch, start,
+                     hint, record, notes, trials) -> int:
+    """The estimate's search (``largest_batch``'s ``method="estimate"``): replays of the step's allocation
+    program on a (virtual) CUDA device, else a fitted line or the bracket (:func:`_affine_find`), off CUDA
+    the secant search on estimated totals. Appends the notes that say how; returns the batch."""
+    cuda = dev.startswith("cuda")
+    if virtual:
+        notes.append(f"no GPU here: estimated on a virtual {dev} device")
+    if cuda:
+        notes.append(f"decided as the real cap decides: the step's allocations replayed "
+                     f"through the caching allocator's model ({allocator}) under a cap "
+                     f"of {_memory.format_bytes(budget_bytes)} reserved")
+    fast = _fastpath_enabled()  # part of every cache key: a trace with the fast path differs
+
+    def estimated(b):
+        if cuda:
+            ok, n, allocated, est_notes = _modelled_fit(key, scale, mode, b, dev, allocator,
+                                                        held_bytes, budget_bytes, fast)
+        else:
+            n, est_notes = _estimated_bytes(key, scale, mode, b, dev, fast)
+            ok, allocated = n <= budget_bytes, None
+        notes.extend(x for x in est_notes if x not in notes and not x.startswith("reserved bytes"))
+        return (ok, n, allocated) if cuda else (ok, n)
+
+    if not (cuda and start == "auto"):
+        return _find(_recorded(estimated, record), budget_bytes, max_batch, start, hint)
+    prog = _program(key, scale, mode, dev, fast)
+    if isinstance(prog, Program):
+        notes.extend(x for x in prog.notes if x not in notes and not x.startswith("reserved bytes"))
+
+        def replayed_or_traced(b):
+            out = _replayed(prog, allocator, held_bytes, budget_bytes, b)
+            return estimated(b) if out is None else out
+
+        found = _find(_recorded(replayed_or_traced, record), budget_bytes, max_batch, "auto", hint)
+        small = sum(1 for t in trials if not prog.serves(t[0]))
+        notes.append(f"{SEARCH_NOTE}: by {len(trials) - small} replays of {prog.describe()}"
+                     + (f", and {small} trial{'s' if small > 1 else ''} traced below it" if small else ""))
+        return found
+    from nogradlab.estimate import allocator as _alloc
+
+    def events_of(b):
+        return _trace(key, scale, mode, b, dev, allocator, held_bytes, fast)[0]
+
+    def replay(events):
+        capped = _alloc.simulate(events, allocator, budget_bytes, keep_segments=False)
+        free = _alloc.simulate(events, allocator, None, keep_segments=False)
+        return not capped.oom, free.reserved_peak_bytes, free.allocated_peak_bytes
+
+    traced = _traced_batches(key, scale, mode, dev, allocator, held_bytes, fast)
+    found, how = _affine_find(_recorded(estimated, record), events_of, replay, budget_bytes, max_batch, hint,
+                              traced=traced)
+    if how:
+        notes.append(how + f"; no allocation program serves every batch: {prog}")
+    return found
 
 
 def _search_real(wl, mode, dev, budget, max_batch, start, record, result, hint=None) -> int:

@@ -303,6 +303,170 @@ def _drop_hooks(module) -> "str | None":
 ALLOCATORS = ("native", "expandable_segments")
 
 
+def _attempts(dev, virtual: bool, step: str, setting) -> tuple:
+    """``(notes, devices to trace on, in turn)``: on a virtual CUDA device (no GPU) the fake CUDA device
+    where this torch can run the step on it, else (or after it fails) the fake CPU device with CUDA's
+    rounding and kernels modelled; the notes say which and why."""
+    from nogradlab.estimate import cudamodel
+
+    notes, attempts = [], [dev]
+    if virtual:
+        if step == "train":
+            notes.append("backward cannot run on a fake CUDA device without a GPU in this torch "
+                         f"({torch.__version__}); estimated on the fake CPU device with CUDA's "
+                         f"{CUDA_BLOCK}-byte block rounding and the CUDA kernels modelled")
+            attempts = [torch.device("cpu")]
+        elif cudamodel.fake_cuda_builds() is False:  # an earlier estimate in this process found out
+            notes.append(cudamodel.fake_cuda_fallback_note())
+            attempts = [torch.device("cpu")]
+        elif setting.mode == "grad" and not cudamodel.fake_cuda_records_graphs():
+            # a graph recorded on fake CUDA tensors would abort the process (torch 2.9.1 without a driver)
+            notes.append(cudamodel.fake_cuda_graph_note())
+            attempts = [torch.device("cpu")]
+        else:
+            attempts = [dev, torch.device("cpu")]
+    if virtual and setting is not None and setting.autocast:
+        notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
+                     "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
+    return notes, attempts
+
+
+def _finish(report, dev, base: int, fused: bool, fast_path: bool, rec, km, notes: list, held_bytes: int,
+            allocator: str):
+    """The report of a traced step, completed: its device and resident bytes, and on CUDA the allocation
+    trace (the workspace calls as calls in ``program``, expanded in ``events``) replayed through the
+    caching allocator's model without a cap; the notes in order (what was modelled first)."""
+    from nogradlab.estimate import allocator as _alloc
+    from nogradlab.estimate import cudamodel
+
+    cuda = dev.type == "cuda"
+    report.device = str(dev)
+    report.baseline_bytes = base
+    extra = []
+    if cuda:
+        extra = km.notes()
+        program = _assemble(rec, held_bytes)  # workspace calls kept as calls ("ws")
+        events = cudamodel.expand_workspaces(program)
+        sim = _alloc.simulate(events, allocator, None, keep_segments=False)
+        report.allocated_bytes = sim.allocated_peak_bytes
+        report.reserved_bytes = sim.reserved_peak_bytes
+        report.allocator = allocator
+        report.events = events
+        report.program = program
+        extra.append(f"reserved bytes from the caching allocator's model ({allocator}): "
+                     f"{format_bytes(sim.reserved_peak_bytes)} of segments for "
+                     f"{format_bytes(sim.allocated_peak_bytes)} allocated at the peak (weights, "
+                     "inputs, the step, library workspaces)")
+        if held_bytes:
+            extra.append(f"{format_bytes(held_bytes)} held by the process besides, allocated first")
+    if fused and (not fast_path or not cuda):
+        extra.append(FUSED_PATH_NOTE)
+    report.notes = notes + extra + report.notes
+    return report
+
+
+def _first_that_runs(attempts, attempt, cuda: bool, notes: list, name: str) -> tuple:
+    """Trace on each device of ``attempts`` in turn until one runs the step (the fused kernels' path first,
+    the standard path where they are not modelled), saying in ``notes`` why an earlier one failed; the
+    last one's error raised (as :class:`NotEstimable` where fake tensors refuse an operator). Returns
+    ``(report, entry bytes, fused, fast path, recorder, kernel model)``."""
+    from nogradlab.estimate import cudamodel
+
+    last_error = None
+    for target_dev in attempts:
+        fast_path = cuda
+        try:
+            try:
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
+            except cudamodel.NotModelled as e:
+                fast_path = False  # trace the standard path instead, as the CPU estimates do
+                notes.append(f"the fused kernels were not modelled here ({e}); estimated with the "
+                             "fast path off")
+                report, base, fused, rec, km = attempt(target_dev, fast_path)
+        except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
+            if target_dev is attempts[-1] or isinstance(e, InputMismatch):
+                _not_estimable(e, name)
+                raise
+            last_error = e
+            continue
+        if (last_error is not None and not getattr(last_error, "_nogradlab_in_step", False)
+                and cudamodel.note_fake_cuda_error(last_error)):
+            notes.append(cudamodel.fake_cuda_fallback_note())
+        elif last_error is not None:
+            notes.append(f"the fake CUDA device could not run this step without a GPU "
+                         f"({type(last_error).__name__}: {(str(last_error).splitlines() or [''])[0][:120]}); "
+                         "estimated on the "
+                         f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
+        return report, base, fused, fast_path, rec, km
+    raise RuntimeError("unreachable")  # pragma: no cover
+
+
+def _attempt(target_dev, fast_path: bool, *, wl, batch: int, step: str, mode: str, optimizer: str, dtype,
+             seed: int, cuda: bool, virtual: bool, trace_only: bool, timeline: bool, block: int, own: bool):
+    """Build and run the step on fake tensors on ``target_dev`` (one of :func:`_attempts`): (report, entry
+    bytes, has a fused transformer path, recorder, kernel model)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from nogradlab.estimate import cudamodel, onednn
+
+    rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
+    km = cudamodel.kernel_model() if cuda else None
+    # oneDNN's LSTM workspace on the CPU; on CUDA traced on the fake CPU device, its miss noted
+    rnn = onednn.RnnWorkspace(for_cuda=cuda) if target_dev.type == "cpu" else None
+    paths = contextlib.nullcontext() if fast_path else fused_paths_off()
+    autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
+    template = _TEMPLATES.get(wl, dtype, target_dev, rec is not None)
+    skeleton = _TEMPLATES.copy(template) if template is not None else None  # outside the fake mode
+    # seeded for reproducible shapes of random choices, without touching the caller's RNG
+    with torch.random.fork_rng(devices=[]), paths, _quiet_fake_data_ptr(), \
+            FakeTensorMode(allow_non_fake_inputs=False):
+        torch.manual_seed(seed)
+        with rec if rec is not None else contextlib.nullcontext():
+            make = ((lambda: _TEMPLATES.materialize(template, skeleton, target_dev, rec))
+                    if template is not None else None)
+            fn, model, entry = _build_step(
+                wl, batch, target_dev, step, mode, optimizer, dtype,
+                built=(lambda: rec.mark("model")) if rec is not None else None, autocast=autocast,
+                model=make)
+            observed = _TEMPLATES.observe(wl, dtype, target_dev, model, rec) if template is None else None
+            if rec is not None:
+                rec.mark("inputs")
+            fused = step == "forward" and any(
+                isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
+                for m in model.modules())
+            base = _entry_bytes(model, entry, block)
+            run = fn
+            if km is not None or own or rnn is not None:
+                def run(fn=fn):  # the kernel model sits above the trackers _run enters
+                    with km if km is not None else contextlib.nullcontext(), \
+                            _SameDtypes(wl.name) if own else contextlib.nullcontext(), \
+                            rnn if rnn is not None else contextlib.nullcontext():
+                        return fn()
+            label = f"{wl.name} {step} {mode if step == 'forward' else optimizer} batch {batch}"
+            try:
+                if trace_only:
+                    report = _run_traced(run, target_dev, label)
+                else:
+                    report = _run(run, target_dev, "storage", (), timeline, block, label, False, fake=True)
+            except Exception as e:
+                # an error of the step itself (an operator, after the model was built): it says nothing
+                # about other models on the virtual device (nn.LSTM asks the driver; a Conv2d does not)
+                with contextlib.suppress(AttributeError, TypeError):
+                    e._nogradlab_in_step = True
+                raise
+            finally:
+                if rec is not None:
+                    rec.active = False
+    _TEMPLATES.learn(wl, dtype, observed)
+    if cuda:  # a GPU runs no oneDNN: the CPU trace's notes on its scratch buffers do not apply
+        report.notes = [n for n in report.notes if HIDDEN_MARK not in n]
+        report.missed = [m for m in report.missed if m["why"] != HIDDEN_WHY]
+    if rnn is not None:
+        report.notes.extend(rnn.notes())
+        report.missed.extend(rnn.missed())
+    return report, base, fused, rec, km
+
+
 @_device.leaves_rng_alone(device_param=None)  # the RNG as found (CPU; CUDA if initialised)
 def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step: str = "forward",
              scale: str = "tiny", optimizer: str = "sgd", dtype=None, timeline: bool = False,
@@ -337,10 +501,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     memory the process already holds besides (one block allocated first). There ``peak_bytes``
     counts, besides the tensors, the workspaces operators allocate and free inside themselves.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from nogradlab.estimate import allocator as _alloc
-    from nogradlab.estimate import cudamodel, onednn
     from nogradlab.core import modes, ownmodel, workloads
 
     if step not in STEPS:
@@ -363,26 +524,7 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
     cuda = dev.type == "cuda"
     virtual = cuda and not torch.cuda.is_available()
     block = CUDA_BLOCK if cuda else 1
-    notes = []
-    attempts = [dev]
-    if virtual:
-        if step == "train":
-            notes.append("backward cannot run on a fake CUDA device without a GPU in this torch "
-                         f"({torch.__version__}); estimated on the fake CPU device with CUDA's "
-                         f"{CUDA_BLOCK}-byte block rounding and the CUDA kernels modelled")
-            attempts = [torch.device("cpu")]
-        elif cudamodel.fake_cuda_builds() is False:  # an earlier estimate in this process found out
-            notes.append(cudamodel.fake_cuda_fallback_note())
-            attempts = [torch.device("cpu")]
-        elif setting.mode == "grad" and not cudamodel.fake_cuda_records_graphs():
-            # a graph recorded on fake CUDA tensors would abort the process (torch 2.9.1 without a driver)
-            notes.append(cudamodel.fake_cuda_graph_note())
-            attempts = [torch.device("cpu")]
-        else:
-            attempts = [dev, torch.device("cpu")]
-    if virtual and setting is not None and setting.autocast:
-        notes.append(f"autocast ({setting.autocast}) on the virtual CUDA device: CUDA autocast's "
-                     "state set directly (torch.autocast('cuda') switches itself off without a GPU)")
+    notes, attempts = _attempts(dev, virtual, step, setting)
     # the allocation trace alone (the largest-batch search's trials): the storage trackers are left out,
     # the trace is the same (they allocate nothing); peak_bytes, saved_bytes... then read 0
     trace_only = bool(_trace_only) and cuda and not timeline
@@ -394,115 +536,12 @@ def estimate(workload, batch: int, device="cpu", mode: str = "no_grad", *, step:
         if hooks:
             notes.append(hooks)
 
-    def attempt(target_dev, fast_path):
-        """Build and run the step on fake tensors on ``target_dev``: (report, entry bytes, has a
-        fused transformer path, recorder, kernel model)."""
-        rec = cudamodel.AllocationRecorder(target_dev.type) if cuda else None
-        km = cudamodel.kernel_model() if cuda else None
-        # oneDNN's LSTM workspace on the CPU; on CUDA traced on the fake CPU device, its miss noted
-        rnn = onednn.RnnWorkspace(for_cuda=cuda) if target_dev.type == "cpu" else None
-        paths = contextlib.nullcontext() if fast_path else fused_paths_off()
-        autocast = cudamodel.virtual_autocast if (virtual and target_dev.type == "cuda") else None
-        template = _TEMPLATES.get(wl, dtype, target_dev, rec is not None)
-        skeleton = _TEMPLATES.copy(template) if template is not None else None  # outside the fake mode
-        # seeded for reproducible shapes of random choices, without touching the caller's RNG
-        with torch.random.fork_rng(devices=[]), paths, _quiet_fake_data_ptr(), \
-                FakeTensorMode(allow_non_fake_inputs=False):
-            torch.manual_seed(seed)
-            with rec if rec is not None else contextlib.nullcontext():
-                make = ((lambda: _TEMPLATES.materialize(template, skeleton, target_dev, rec))
-                        if template is not None else None)
-                fn, model, entry = _build_step(
-                    wl, batch, target_dev, step, mode, optimizer, dtype,
-                    built=(lambda: rec.mark("model")) if rec is not None else None, autocast=autocast,
-                    model=make)
-                observed = _TEMPLATES.observe(wl, dtype, target_dev, model, rec) if template is None else None
-                if rec is not None:
-                    rec.mark("inputs")
-                fused = step == "forward" and any(
-                    isinstance(m, (torch.nn.TransformerEncoderLayer, torch.nn.MultiheadAttention))
-                    for m in model.modules())
-                base = _entry_bytes(model, entry, block)
-                run = fn
-                if km is not None or own or rnn is not None:
-                    def run(fn=fn):  # the kernel model sits above the trackers _run enters
-                        with km if km is not None else contextlib.nullcontext(), \
-                                _SameDtypes(wl.name) if own else contextlib.nullcontext(), \
-                                rnn if rnn is not None else contextlib.nullcontext():
-                            return fn()
-                label = f"{wl.name} {step} {mode if step == 'forward' else optimizer} batch {batch}"
-                try:
-                    if trace_only:
-                        report = _run_traced(run, target_dev, label)
-                    else:
-                        report = _run(run, target_dev, "storage", (), timeline, block, label, False, fake=True)
-                except Exception as e:
-                    # an error of the step itself (an operator, after the model was built): it says nothing
-                    # about other models on the virtual device (nn.LSTM asks the driver; a Conv2d does not)
-                    with contextlib.suppress(AttributeError, TypeError):
-                        e._nogradlab_in_step = True
-                    raise
-                finally:
-                    if rec is not None:
-                        rec.active = False
-        _TEMPLATES.learn(wl, dtype, observed)
-        if cuda:  # a GPU runs no oneDNN: the CPU trace's notes on its scratch buffers do not apply
-            report.notes = [n for n in report.notes if HIDDEN_MARK not in n]
-            report.missed = [m for m in report.missed if m["why"] != HIDDEN_WHY]
-        if rnn is not None:
-            report.notes.extend(rnn.notes())
-            report.missed.extend(rnn.missed())
-        return report, base, fused, rec, km
+    attempt = functools.partial(_attempt, wl=wl, batch=batch, step=step, mode=mode, optimizer=optimizer,
+                                dtype=dtype, seed=seed, cuda=cuda, virtual=virtual, trace_only=trace_only,
+                                timeline=timeline, block=block, own=own)
 
-    last_error = None
-    for target_dev in attempts:
-        fast_path = cuda
-        try:
-            try:
-                report, base, fused, rec, km = attempt(target_dev, fast_path)
-            except cudamodel.NotModelled as e:
-                fast_path = False  # trace the standard path instead, as the CPU estimates do
-                notes.append(f"the fused kernels were not modelled here ({e}); estimated with the "
-                             "fast path off")
-                report, base, fused, rec, km = attempt(target_dev, fast_path)
-        except Exception as e:  # noqa: BLE001 - only to fall back from fake CUDA to fake CPU
-            if target_dev is attempts[-1] or isinstance(e, InputMismatch):
-                _not_estimable(e, wl.name)
-                raise
-            last_error = e
-            continue
-        if (last_error is not None and not getattr(last_error, "_nogradlab_in_step", False)
-                and cudamodel.note_fake_cuda_error(last_error)):
-            notes.append(cudamodel.fake_cuda_fallback_note())
-        elif last_error is not None:
-            notes.append(f"the fake CUDA device could not run this step without a GPU "
-                         f"({type(last_error).__name__}: {(str(last_error).splitlines() or [''])[0][:120]}); "
-                         "estimated on the "
-                         f"fake CPU device with CUDA's {CUDA_BLOCK}-byte block rounding")
-        report.device = str(dev)
-        report.baseline_bytes = base
-        extra = []
-        if cuda:
-            extra = km.notes()
-            program = _assemble(rec, held_bytes)  # workspace calls kept as calls ("ws")
-            events = cudamodel.expand_workspaces(program)
-            sim = _alloc.simulate(events, allocator, None, keep_segments=False)
-            report.allocated_bytes = sim.allocated_peak_bytes
-            report.reserved_bytes = sim.reserved_peak_bytes
-            report.allocator = allocator
-            report.events = events
-            report.program = program
-            extra.append(f"reserved bytes from the caching allocator's model ({allocator}): "
-                         f"{format_bytes(sim.reserved_peak_bytes)} of segments for "
-                         f"{format_bytes(sim.allocated_peak_bytes)} allocated at the peak (weights, "
-                         "inputs, the step, library workspaces)")
-            if held_bytes:
-                extra.append(f"{format_bytes(held_bytes)} held by the process besides, allocated first")
-        if fused and (not fast_path or not cuda):
-            extra.append(FUSED_PATH_NOTE)
-        report.notes = notes + extra + report.notes
-        return report
-    raise RuntimeError("unreachable")  # pragma: no cover
+    report, base, fused, fast_path, rec, km = _first_that_runs(attempts, attempt, cuda, notes, wl.name)
+    return _finish(report, dev, base, fused, fast_path, rec, km, notes, held_bytes, allocator)
 
 
 @contextlib.contextmanager
