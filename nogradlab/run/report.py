@@ -828,13 +828,8 @@ def _age(meta: dict, now: str) -> str:
 def glance_line(entry: dict) -> str:
     """A claim row's words: the verdict display's first line (:func:`nogradlab.claims.display.headline`)
     without the verdict and the article's figure, which the row shows in their own cells."""
-    text = _display.headline(entry)
-    verdict = entry.get("verdict") or NOT_RUN
-    text = text[len(verdict) + 1:].lstrip() if text.startswith(verdict + ":") else text
-    fig = _display.figure_short(entry.get("figure"))
-    if fig and text.startswith(f"article {fig}; "):
-        text = text[len(f"article {fig}; "):]
-    return "Measured" + text[len("measured"):] if text.startswith("measured ") else text
+    text = _display.headline(entry, verdict=False, figure=False)
+    return text[:1].upper() + text[1:] if text.startswith(("measured", "estimated")) else text
 
 
 def plain_line(entry: dict) -> str:
