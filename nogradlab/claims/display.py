@@ -234,14 +234,17 @@ def no_picture_reason(entry: dict) -> "str | None":
     return "no picture: the verdict rests on observations, not on figures against an article's band"
 
 
-def picture_html(entry: dict) -> str:
-    """The one picture (see the module's docstring), or a small line saying there is none."""
+def picture_html(entry: dict, narrow: bool = False) -> str:
+    """The one picture (see the module's docstring), or a small line saying there is none. With ``narrow``,
+    the band charts twice: the wide layout and the phone's (``class='band-chart narrow'``), for a page
+    whose stylesheet shows one by width (the report's)."""
     groups = points(entry)
     if groups:  # one axis per unit (C20: a percentage and a factor), the legend once, under the last, for all
         last = len(groups) - 1
         every = [p for pts in groups.values() for p in pts]
         return "".join(_html.band_chart(pts, unit, title=f"{entry.get('id', '')}: the conditions against the "
-                                        "article's band", legend=every if i == last else False)
+                                        "article's band", legend=every if i == last else False, narrow=n)
+                       for n in ((False, True) if narrow else (False,))
                        for i, (unit, pts) in enumerate(groups.items()))
     conds = _conditions(entry)
     if conds:
