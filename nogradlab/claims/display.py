@@ -218,6 +218,8 @@ def headline(entry: dict, verdict: bool = True, figure: bool = True) -> str:
         if not line or len(line.split()) > MAX_WORDS:  # a long figure (C20's table) is in its own cell
             line = f"{head}{verb(entry)} {where} the article's figure: {measured}"
         return _words_cap(line, MAX_WORDS)
+    if re.match(r"\d+ conditions: ", measured):  # a count without a range: 'estimated over 2 conditions: ...'
+        measured = "over " + measured
     line = (head + (f"article {fig}; " if fig else "")
             + (f"{verb(entry)} {measured}" if measured else _reading(entry)))
     return _words_cap(line, MAX_WORDS)

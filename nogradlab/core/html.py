@@ -176,7 +176,7 @@ class Point:
 _W, _LEFT, _RIGHT, _ROW, _TOP = 560, 200, 20, 20, 8
 #: the phone layout (``narrow``): 340 wide, each label on its own line(s) above its row, so the SVG is
 #: drawn near 1:1 at 390 px and its 11 px text stays about 11 px (the wide one, squeezed, drew it at 5 px)
-_NW, _NLEFT, _NRIGHT, _NLABEL_CHARS, _NLEGEND_CHARS = 340, 12, 14, 52, 54
+_NW, _NLEFT, _NRIGHT, _NLABEL_CHARS, _NLEGEND_CHARS = 340, 12, 18, 52, 54
 #: a label's line, in characters (about what _LEFT holds at 11 px), and its lines: a longer label wraps
 #: to a second line (a row one line taller) rather than losing the words that tell conditions apart
 #: (``resnet50 speed (forward gain stored without an interval)``); past two lines it is cut, whole in

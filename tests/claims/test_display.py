@@ -201,7 +201,7 @@ def test_the_first_lines_verb_follows_the_conditions_estimated_flags():
     assert "measured" not in display.headline(c18) and report.glance_line(c18).startswith("Estimated above")
     assert display.headline(c20).startswith("does not hold: measured and estimated above and below")
     assert len(display.headline(c20).split()) <= display.MAX_WORDS and "unresolved" in display.headline(c20)
-    assert display.headline(c04).startswith("depends: estimated 2 conditions")
+    assert display.headline(c04) == "depends: estimated over 2 conditions: 1 agree, 1 below"
     timed = dict(c18, conditions=[dict(x, estimated=False) for x in c18["conditions"]])
     assert display.headline(timed).startswith("does not hold: measured above and below")
 
