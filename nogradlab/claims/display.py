@@ -27,7 +27,7 @@ import re
 from nogradlab.core import html as _html
 from nogradlab.claims import rules as _rules
 
-__all__ = ["MAX_WORDS", "headline", "measured_text", "points", "picture_html", "picture_text", "no_picture_reason",
+__all__ = ["MAX_WORDS", "CASE_QUANTITIES", "headline", "verb", "side", "measured_text", "points", "picture_html", "picture_text", "no_picture_reason",
            "conditions_html", "figure_short", "folded_html", "details_text", "glance_html", "value_of"]
 
 #: the first line's length, in words
@@ -87,11 +87,27 @@ def _counted(cond: dict) -> bool:
     return cond.get("deciding") is not False
 
 
+#: what a condition's figure means, and its unit, where the claim has no article's band to read it in
+#: (the judges' own quantities: nb01's ``no_grad_over_grad``, nb02's activation bytes over parameter,
+#: gradient and momentum bytes, nb04's ``max_abs_diff``); a case table read "unet 12 GiB: 4.36"
+CASE_QUANTITIES = {"C04": ("largest batch, no_grad / grad", "x"),
+                   "C08": ("saved activations / weights, gradients and momentum", "x"),
+                   "C15": ("largest difference, no_grad against without", None)}
+
+
 def value_of(entry: dict, cond: dict) -> "tuple[str, str]":
-    """A condition's figure and interval as text, in its band's unit (``('9.4%', '[5.9%, 20%]')``)."""
+    """A condition's figure and interval as text, in its band's unit (``('9.4%', '[5.9%, 20%]')``), else
+    in its claim's case quantity's (:data:`CASE_QUANTITIES`)."""
     band = _band(entry, cond)
-    unit = band[1] if band else None
+    unit = band[1] if band else CASE_QUANTITIES.get(entry.get("id"), (None, None))[1]
     return _html.value(cond.get("value"), unit), _html.interval(cond.get("ci"), unit)
+
+
+def _case_figure(entry: dict, cond: dict) -> str:
+    """A case's figure with what it means (``'largest batch, no_grad / grad 4.36×'``), else the figure alone."""
+    v, ci = value_of(entry, cond)
+    name = CASE_QUANTITIES.get(entry.get("id"), ("", None))[0] if _band(entry, cond) is None else ""
+    return " ".join(x for x in (name, v, ci) if x)
 
 
 def points(entry: dict) -> "dict[str, list]":
@@ -166,16 +182,48 @@ def figure_short(figure) -> str:
     return text
 
 
-def headline(entry: dict) -> str:
-    """The first line, at most :data:`MAX_WORDS` words: ``'does not hold: article 20-40 %; measured 0.1% to 9%
-    over 4 conditions (4 below)'``."""
-    verdict = entry.get("verdict") or "not run"
+def verb(entry: dict) -> str:
+    """How the counted conditions' figures were had, from their ``estimated`` flags: ``'measured'``,
+    ``'estimated'`` (all a model's) or ``'measured and estimated'``."""
+    conds = [c for c in _conditions(entry) if _counted(c) and (c.get("reading") or _number(c.get("value")))]
+    flags = {_estimated(entry, c) for c in conds}
+    return "measured and estimated" if flags == {True, False} else "estimated" if flags == {True} else "measured"
+
+
+def side(entry: dict) -> str:
+    """Where the figures of a claim that does not hold lie against the article's: ``'above'``,
+    ``'below'``, ``'above and below'``, from the counted disagreeing conditions' sides (the judge's);
+    ``''`` for any other verdict, or when no side is known."""
+    if entry.get("verdict") != "does not hold":
+        return ""
+    sides = {c.get("side") for c in _conditions(entry) if _counted(c) and c.get("reading") == "disagrees"}
+    sides &= {"above", "below"}
+    return " and ".join(s for s in ("above", "below") if s in sides)
+
+
+def headline(entry: dict, verdict: bool = True, figure: bool = True) -> str:
+    """The first line, at most :data:`MAX_WORDS` words: ``'does not hold: measured below the article's figure
+    (20-40 %): 0.1% to 9% over 4 conditions (4 below)'``; for another verdict ``'holds: article 20-40 %;
+    measured 25% ...'``. The verb follows the conditions' ``estimated`` flags (:func:`verb`), the side
+    the judge's readings (:func:`side`). Without ``verdict`` or ``figure``, the line a report's row shows
+    beside its own verdict and figure cells."""
+    word = entry.get("verdict") or "not run"
     if entry.get("qualifier"):  # the judge's: the part of the claim the verdict covers ("second half only")
-        verdict = f"{verdict} ({entry['qualifier']})"
-    fig = figure_short(entry.get("figure"))
+        word = f"{word} ({entry['qualifier']})"
+    fig = figure_short(entry.get("figure")) if figure else ""
     measured = measured_text(entry)
-    line = (f"{verdict}: " + (f"article {fig}; " if fig else "")
-            + (f"measured {measured}" if measured else _reading(entry)))
+    where = side(entry) if measured else ""
+    head = f"{word}: " if verdict else ""
+    if where:
+        measured = measured[:-len(", disagrees")] if measured.endswith(", disagrees") else measured
+        line = f"{head}{verb(entry)} {where} the article's figure ({fig}): {measured}" if fig else ""
+        if not line or len(line.split()) > MAX_WORDS:  # a long figure (C20's table) is in its own cell
+            line = f"{head}{verb(entry)} {where} the article's figure: {measured}"
+        return _words_cap(line, MAX_WORDS)
+    if re.match(r"\d+ conditions: ", measured):  # a count without a range: 'estimated over 2 conditions: ...'
+        measured = "over " + measured
+    line = (head + (f"article {fig}; " if fig else "")
+            + (f"{verb(entry)} {measured}" if measured else _reading(entry)))
     return _words_cap(line, MAX_WORDS)
 
 
@@ -184,28 +232,37 @@ def no_picture_reason(entry: dict) -> "str | None":
     if points(entry):
         return None
     if _conditions(entry):
-        return "no condition has a figure to set against an article's band: its cases, read one by one"
+        if not entry.get("figure"):
+            return "no chart: the article gives no figure to draw a band from"
+        return "no chart: no case has a figure to set against the article's band"
     return "no picture: the verdict rests on observations, not on figures against an article's band"
 
 
-def picture_html(entry: dict) -> str:
-    """The one picture (see the module's docstring), or a small line saying there is none."""
+def picture_html(entry: dict, narrow: bool = False) -> str:
+    """The one picture (see the module's docstring), or a small line saying there is none. With ``narrow``,
+    the band charts twice: the wide layout and the phone's (``class='band-chart narrow'``), for a page
+    whose stylesheet shows one by width (the report's)."""
     groups = points(entry)
     if groups:  # one axis per unit (C20: a percentage and a factor), the legend once, under the last, for all
         last = len(groups) - 1
         every = [p for pts in groups.values() for p in pts]
         return "".join(_html.band_chart(pts, unit, title=f"{entry.get('id', '')}: the conditions against the "
-                                        "article's band", legend=every if i == last else False)
+                                        "article's band", legend=every if i == last else False, narrow=n)
+                       for n in ((False, True) if narrow else (False,))
                        for i, (unit, pts) in enumerate(groups.items()))
     conds = _conditions(entry)
     if conds:
         rows = []
+        figures = any(_number(c.get("value")) for c in conds)  # a column of figures, headed by what they mean
         for c in conds:
-            v, ci = value_of(entry, c)
             name = str(c.get("condition", ""))
             reading = str(c.get("reading", "")) + ("" if _counted(c) else " (shown, not counted)")  # uncoloured
-            rows.append((f"{name}: {v}" if _number(c.get("value")) else name, reading))
-        return _html.cases_table(rows)
+            v, ci = value_of(entry, c)
+            rows.append((name, f"{v} {ci}".strip() if _number(c.get("value")) else "", reading) if figures
+                        else (name, reading))
+        quantity = CASE_QUANTITIES.get(entry.get("id"), ("figure", None))[0]
+        return (f"<p class='small nopic'>{_html.esc(no_picture_reason(entry))}.</p>"
+                + _html.cases_table(rows, quantity=quantity))
     return f"<p class='small nopic'>{_html.esc(no_picture_reason(entry))}.</p>"
 
 
@@ -221,7 +278,7 @@ def picture_text(entry: dict) -> list:
             edge = f"; band {_html.value(a, band[1])} to {_html.value(b, band[1]) if b is not None else 'up'}"
         side = f" ({c['side']})" if c.get("side") else ""
         est = (", estimated" if _estimated(entry, c) else "") + ("" if _counted(c) else ", shown, not counted")
-        fig = f"{v} {ci}".strip() if _number(c.get("value")) else ""
+        fig = (f"{v} {ci}".strip() if band else _case_figure(entry, c)) if _number(c.get("value")) else ""
         lines.append(f"  {c.get('condition', '')}: {fig}{' ' if fig else ''}{c.get('reading', '')}{side}{est}{edge}")
     return lines
 

@@ -174,6 +174,9 @@ class Point:
 
 
 _W, _LEFT, _RIGHT, _ROW, _TOP = 560, 200, 20, 20, 8
+#: the phone layout (``narrow``): 340 wide, each label on its own line(s) above its row, so the SVG is
+#: drawn near 1:1 at 390 px and its 11 px text stays about 11 px (the wide one, squeezed, drew it at 5 px)
+_NW, _NLEFT, _NRIGHT, _NLABEL_CHARS, _NLEGEND_CHARS = 340, 12, 18, 52, 54
 #: a label's line, in characters (about what _LEFT holds at 11 px), and its lines: a longer label wraps
 #: to a second line (a row one line taller) rather than losing the words that tell conditions apart
 #: (``resnet50 speed (forward gain stored without an interval)``); past two lines it is cut, whole in
@@ -185,12 +188,12 @@ _LEGEND_CHARS = 92
 _SHOWN = "#57606a"
 
 
-def _label_lines(label: str) -> list:
-    """``label`` in at most :data:`_LABEL_LINES` lines of :data:`_LABEL_CHARS` characters."""
-    lines = textwrap.wrap(label, _LABEL_CHARS, break_on_hyphens=False) or [""]
+def _label_lines(label: str, chars: int = _LABEL_CHARS) -> list:
+    """``label`` in at most :data:`_LABEL_LINES` lines of ``chars`` characters."""
+    lines = textwrap.wrap(label, chars, break_on_hyphens=False) or [""]
     if len(lines) > _LABEL_LINES:
         rest = " ".join(lines[_LABEL_LINES - 1:])
-        lines = lines[:_LABEL_LINES - 1] + [rest[:_LABEL_CHARS - 1].rstrip() + "…"]
+        lines = lines[:_LABEL_LINES - 1] + [rest[:chars - 1].rstrip() + "…"]
     return lines
 
 
@@ -207,17 +210,18 @@ def legend_text(points) -> str:
 
 
 def _ticks(a: float, b: float) -> list:
-    """A few round values between ``a`` and ``b``."""
+    """Three to five round values between ``a`` and ``b`` (steps of 1, 2, 2.5 or 5 times a power of ten:
+    a 0-90 % axis reads 0, 25, 50, 75 %, where it read only 0 and 50 %)."""
     span = b - a
     if span <= 0:
         return [a]
     step = 10 ** math.floor(math.log10(span / 3))
-    for m in (1, 2, 5, 10):
+    for m in (1, 2, 2.5, 5, 10):
         if span / (step * m) <= 5:
             step *= m
             break
-    first = math.ceil(a / step) * step
-    return [first + i * step for i in range(int((b - first) / step) + 1)]
+    first = math.ceil(a / step - 1e-9) * step
+    return [round(first + i * step, 12) for i in range(int((b - first) / step + 1e-9) + 1)]
 
 
 def _tick(t: float, unit: "str | None") -> str:
@@ -229,13 +233,14 @@ def _tick(t: float, unit: "str | None") -> str:
     return f"{t:g}"
 
 
-def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) -> str:
+def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, narrow: bool = False) -> str:
     """The band-and-dot picture as inline SVG: one row per condition, the article's band shaded behind
     it, the value a dot with its interval as a line; agreeing dots green, disagreeing red, unresolved grey;
     a measured value a circle, an estimated one a diamond; a condition shown and not counted a hollow mark
     in neither colour. One axis for all rows, in ``unit`` (see :func:`value`); with ``legend``, a line
     underneath says all this in words (:func:`legend_text`; ``legend`` may be the points it speaks for,
-    when one legend serves several charts). ``''`` without points."""
+    when one legend serves several charts). ``narrow``: the phone layout, each label above its row
+    (:data:`_NW`). Axis labels carry ``class='tick'``. ``''`` without points."""
     pts = [p for p in points if isinstance(p.value, (int, float)) and math.isfinite(p.value)]
     if not pts:
         return ""
@@ -246,26 +251,36 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) 
         a = min(a, 1.0)
     elif unit == "%":
         a = min(a, 0.0)
+    top_value = b
     pad = (b - a) * 0.06 or abs(b) * 0.1 or 1.0
     a, b = a - pad, b + pad
-    width = _W - _LEFT - _RIGHT
+    ticks = _ticks(a, b)
+    if len(ticks) > 1 and ticks[-1] < top_value:  # a tick beyond the largest figure: 84% reads against 100%
+        b = ticks[-1] + (ticks[1] - ticks[0])
+        ticks.append(b)
+    W, left, right, chars = (_NW, _NLEFT, _NRIGHT, _NLABEL_CHARS) if narrow else (_W, _LEFT, _RIGHT, _LABEL_CHARS)
+    width = W - left - right
 
     def sx(v):
-        return _LEFT + (min(max(v, a), b) - a) / (b - a) * width
+        return left + (min(max(v, a), b) - a) / (b - a) * width
 
-    labels = [_label_lines(p.label) for p in pts]
-    rows_h = [_ROW + _LINE * (len(ls) - 1) for ls in labels]
+    labels = [_label_lines(p.label, chars) for p in pts]
+    # wide: a label beside its row (a second line makes the row taller); narrow: its lines above the row
+    rows_h = [(_ROW + _LINE * len(ls)) if narrow else (_ROW + _LINE * (len(ls) - 1)) for ls in labels]
     body = sum(rows_h)
     # the legend's words in lines the picture's width holds (a long legend was cut at the right edge)
-    words = [] if legend is False else textwrap.wrap(legend_text(pts if legend is True else legend), _LEGEND_CHARS)
+    words = [] if legend is False else textwrap.wrap(legend_text(pts if legend is True else legend),
+                                                     _NLEGEND_CHARS if narrow else _LEGEND_CHARS)
     h = _TOP + body + 24 + (20 + 14 * (len(words) - 1) if words else 0)
-    out = [f"<svg class='band-chart' role='img' viewBox='0 0 {_W} {h}' width='100%' style='max-width:{_W}px'"
+    out = [f"<svg class='band-chart {'narrow' if narrow else 'wide'}' role='img' viewBox='0 0 {W} {h}' "
+           f"width='100%' style='max-width:{W}px'"
            f" xmlns='http://www.w3.org/2000/svg' font-family='system-ui,sans-serif' font-size='11'>"]
     if title:
         out.append(f"<title>{esc(title)}</title>")
     top = _TOP
     for p, ls, rh in zip(pts, labels, rows_h):
-        y = top + rh / 2
+        y = top + rh - _ROW / 2 if narrow else top + rh / 2
+        row_top = top
         top += rh
         if p.band:
             lo, hi = p.band
@@ -276,11 +291,16 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) 
         tip = (f"{p.label}: {value(p.value, unit)} {interval((p.lo, p.hi), unit) if p.lo is not None else ''}"
                f" {p.reading}{' (estimated)' if p.estimated else ' (measured)'}"
                f"{'' if p.counted else ', shown, not counted'}")
-        first = y + 4 - _LINE * (len(ls) - 1) / 2
-        spans = "".join(f"<tspan x='{_LEFT - 6}' y='{first + _LINE * k:.1f}'>{esc(line)}</tspan>"
-                        for k, line in enumerate(ls))
-        out.append(f"<g><title>{esc(tip)}</title>"
-                   f"<text text-anchor='end' fill='#1f2328'>{spans}</text>")
+        if narrow:  # the label's lines above its row, from the left edge
+            spans = "".join(f"<tspan x='{left - 8}' y='{row_top + _LINE * (k + 1):.1f}'>{esc(line)}</tspan>"
+                            for k, line in enumerate(ls))
+            out.append(f"<g><title>{esc(tip)}</title><text fill='#1f2328'>{spans}</text>")
+        else:
+            first = y + 4 - _LINE * (len(ls) - 1) / 2
+            spans = "".join(f"<tspan x='{left - 6}' y='{first + _LINE * k:.1f}'>{esc(line)}</tspan>"
+                            for k, line in enumerate(ls))
+            out.append(f"<g><title>{esc(tip)}</title>"
+                       f"<text text-anchor='end' fill='#1f2328'>{spans}</text>")
         if p.lo is not None and p.hi is not None:
             out.append(f"<line x1='{sx(p.lo):.1f}' x2='{sx(p.hi):.1f}' y1='{y:.1f}' y2='{y:.1f}' "
                        f"stroke='{colour}' stroke-width='2'/>")
@@ -295,9 +315,9 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) 
                        "stroke-width='2'/>")
         out.append("</g>")
     axis = _TOP + body + 4
-    out.append(f"<line x1='{_LEFT}' x2='{_W - _RIGHT}' y1='{axis}' y2='{axis}' stroke='#57606a'/>")
-    for t in _ticks(a, b):
-        out.append(f"<text x='{sx(t):.1f}' y='{axis + 13}' text-anchor='middle' fill='#57606a'>"
+    out.append(f"<line x1='{left}' x2='{W - right}' y1='{axis}' y2='{axis}' stroke='#57606a'/>")
+    for t in ticks:
+        out.append(f"<text class='tick' x='{sx(t):.1f}' y='{axis + 13}' text-anchor='middle' fill='#57606a'>"
                    f"{esc(_tick(t, unit))}</text>")
     if legend is False:
         out.append("</svg>")
@@ -307,9 +327,15 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True) 
     return "".join(out)
 
 
-def cases_table(rows) -> str:
+def cases_table(rows, quantity: str = "") -> str:
     """The small picture of a claim without numeric conditions: one line per case and its reading,
-    coloured like the band chart's dots. ``rows``: ``(case, reading)`` pairs."""
-    body = "".join(f"<tr><td>{esc(case)}</td><td style='color:{READING_COLOURS.get(r, '#1f2328')};"
-                   f"font-weight:600'>{esc(r)}</td></tr>" for case, r in rows)
-    return f"<table class='cases'><thead><tr><th>case</th><th>reading</th></tr></thead><tbody>{body}</tbody></table>"
+    coloured like the band chart's dots. ``rows``: ``(case, reading)`` pairs, or ``(case, figure,
+    reading)`` triples with ``quantity`` naming the figures' column (``'largest batch, no_grad / grad'``)."""
+    rows = [tuple(r) for r in rows]
+    three = any(len(r) == 3 for r in rows)
+    head = ("<th>case</th>" + (f"<th>{esc(quantity or 'figure')}</th>" if three else "") + "<th>reading</th>")
+    body = "".join("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in (r[:-1] if three else r[:1])
+                                    + (("",) if three and len(r) == 2 else ()))
+                   + f"<td style='color:{READING_COLOURS.get(r[-1], '#1f2328')};font-weight:600'>{esc(r[-1])}</td></tr>"
+                   for r in rows)
+    return f"<table class='cases'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

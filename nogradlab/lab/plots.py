@@ -17,8 +17,10 @@ The data come from the claim checks' evidence or from the package's sweeps, e.g.
 from __future__ import annotations
 
 import io
+import math
 
 from matplotlib.figure import Figure as _MplFigure
+from matplotlib.ticker import FuncFormatter
 
 from nogradlab.core import format as _format
 
@@ -164,6 +166,10 @@ def article_table(rows, *, device: str, scale: "str | None" = None) -> Figure:
         top = max([abs(r.get("ci_high") or r.get("measured") or 0) for r in mine] + [0])
         if top > 10 * max(abs(r.get("high") or 0) for r in mine):  # far off the band: keep both readable
             ax.set_xscale("symlog", linthresh=max(abs(r.get("high") or 1) for r in mine))
+            # its own locator labelled one decade ("10¹") on a 1.2-25x panel: round 1-2-5 values, as plain numbers
+            nice = [m * 10 ** k for k in range(0, int(math.log10(top)) + 2) for m in (1, 2, 5)]
+            ax.set_xticks([0] + [v for v in nice if v <= top * 1.05])
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.set_title(q, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     axes[0].set_yticks(range(len(workloads)), workloads)

@@ -617,7 +617,8 @@ overflow:hidden}.claims details[open] .cread,.claims details[open] .cfig{-webkit
 .claims .more p{margin:6px 0}.refline{border-left:3px solid #d0d7de;padding-left:8px}
 table.conds{width:auto;max-width:100%;font-size:12px}
 /* the verdict display (nogradlab.claims.display): the row is its first line; the picture, then the rest folded */
-.picture{margin:6px 0}.picture svg{display:block;max-width:100%;height:auto}
+.picture{margin:6px 0}.picture svg{display:block;max-width:100%;height:auto}.picture svg.band-chart.narrow{display:none}
+@media (max-width:{NARROW}px){.picture svg.band-chart.wide{display:none}.picture svg.band-chart.narrow{display:block}}
 table.cases{width:auto;max-width:100%;font-size:12px}.nopic{margin:4px 0}
 details.fold>summary{cursor:pointer;color:#0969da;font-size:13px}.fold{overflow-wrap:anywhere}
 table.by-release td,table.by-release th{overflow-wrap:break-word;min-width:0}
@@ -828,15 +829,9 @@ def _age(meta: dict, now: str) -> str:
 def glance_line(entry: dict) -> str:
     """A claim row's words: the verdict display's first line (:func:`nogradlab.claims.display.headline`)
     without the verdict and the article's figure, which the row shows in their own cells."""
-    text = _display.headline(entry)
-    verdict = entry.get("verdict") or NOT_RUN
+    text = _display.headline(entry, verdict=False, figure=False)
+    text = text[:1].upper() + text[1:] if text.startswith(("measured", "estimated")) else text
     q = entry.get("qualifier")  # the judge's words for the part of the claim its verdict covers: kept
-    head = f"{verdict} ({q}):" if q else f"{verdict}:"
-    text = text[len(head):].lstrip() if text.startswith(head) else text
-    fig = _display.figure_short(entry.get("figure"))
-    if fig and text.startswith(f"article {fig}; "):
-        text = text[len(f"article {fig}; "):]
-    text = "Measured" + text[len("measured"):] if text.startswith("measured ") else text
     return f"({q}) {text}" if q else text
 
 
@@ -908,7 +903,7 @@ def _claim_details(c: dict, nb_html: dict, columns, folded) -> str:
                      f"<span class='small'>({_e(name)}; judged by today&#39;s rules)</span>"
                      + (f" <b class='old'>{_e(old)}</b>" if old else "")
                      + f"{was}<br><span class='small'>{_e(rc.get('summary'))}</span></p>")
-    return (f"<div class='picture'>{_display.picture_html(c)}</div>"
+    return (f"<div class='picture'>{_display.picture_html(c, narrow=True)}</div>"
             + _display.folded_html(c, before="".join(parts), after="".join(after)))
 
 
@@ -982,13 +977,21 @@ def failing_figures(doc: dict) -> list:
 def _failing_figures_html(doc: dict) -> str:
     """The page's top: the article's figures that do not hold, each linked to its row, before any table."""
     items = failing_figures(doc)
+    # the claims that do not hold without a figure of the article's: named under the list, so its count and
+    # the verdict count ("does not hold 8") reconcile at a glance (a reader saw 6 here and 8 there)
+    others = [c["id"] for c in doc["claims"] if c.get("verdict") == "does not hold" and not c.get("figure")]
+    more = ("" if not others else
+            f"<p class='more-failing'>{len(items) + len(others)} claims do not hold in all: these {len(items)} "
+            f"figures, and {len(others)} more claim{'s' if len(others) != 1 else ''} without a figure of the "
+            f"article&#39;s: " + ", ".join(f"<a href='#claim-{_e(cid)}'><b>{_e(cid)}</b></a>" for cid in others)
+            + ".</p>")
     if not items:
-        return ("<p id='failing-figures'>Every figure of the article this run judged holds, depends or is "
-                "undecided: none is contradicted.</p>")
+        return ("<div id='failing-figures'><p>Every figure of the article this run judged holds, depends or is "
+                f"undecided: none is contradicted.</p>{more}</div>")
     li = "".join(f"<li><a href='#claim-{_e(cid)}'><b>{_e(cid)}</b></a> the article&#39;s <b>{_e(fig)}</b>: "
                  f"{_e(line)}</li>" for cid, fig, line in items)
     return (f"<div id='failing-figures'><p><b>The article's figures that do not hold here ({len(items)}):</b></p>"
-            f"<ul>{li}</ul></div>")
+            f"<ul>{li}</ul>{more}</div>")
 
 
 def _legend() -> str:

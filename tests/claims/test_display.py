@@ -29,8 +29,9 @@ def test_every_stored_entrys_first_line_holds_the_verdict_in_25_words(path):
         qualifier = f" ({c['qualifier']})" if c.get("qualifier") else ""  # the judge's: C19's "second half only"
         assert line.startswith(f"{c['verdict'] or 'not run'}{qualifier}: "), line
         assert len(line.split()) <= display.MAX_WORDS, line
-        if c.get("figure"):
-            assert f"article {display.figure_short(c['figure'])}" in line, line
+        if c.get("figure"):  # the figure, or (a claim that does not hold) the side of it the figures lie
+            assert (f"article {display.figure_short(c['figure'])}" in line
+                    or display.side(c) and f"{display.side(c)} the article's figure" in line), line
         lengths.append(len(line.split()))
         text = display.details_text(c)
         assert text.splitlines()[0] == f"{c['id']} {line}" and c["rule"] in text
@@ -67,7 +68,7 @@ def test_a_claim_without_figures_against_a_band_says_so_or_lists_its_cases():
     cases = claims.Result(id="C15", verdict="holds", summary="s", measurements={}, rule=claims.rule("C15"),
                           conditions=[{"condition": "resnet50", "value": 0.0, "ci": None, "reading": "agrees"}])
     box = cases._repr_html_()
-    assert "<svg" not in box and "<table class='cases'>" in box and "resnet50: 0" in box
+    assert "<svg" not in box and "<table class='cases'>" in box and "<th>largest difference" in box
 
 
 def test_estimated_conditions_are_marked_apart_from_measured_ones():
@@ -103,7 +104,9 @@ def test_the_terminal_row_is_the_first_line_with_a_long_figure_shortened():
     doc = report.build_doc([r], source="claims", device="cpu", scale="tiny", only=["C09"])
     rows = report.terminal_table(doc, width=120).splitlines()[1:-1]
     assert "Transformer" not in "\n".join(rows) and len(rows) <= 3, rows
-    assert display.headline(r.to_dict()).endswith("measured 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] (resnet50 12 GiB), disagrees")
+    line = display.headline(r.to_dict())
+    assert line.startswith("does not hold: measured below the article's figure (ResNet-50 30-35 % / 25-30 …)")
+    assert line.endswith(": 1.15\u00d7 [1.05\u00d7, 1.22\u00d7] (resnet50 12 GiB)")
 
 
 def _entry(doc, cid):
@@ -176,3 +179,39 @@ def test_conditions_shown_and_not_counted_are_hollow_and_left_out_of_the_count()
     assert local and all(x["condition"].startswith("measured") and not x["estimated"] for x in local)
     assert "hollow: shown, not counted" in display.picture_html(c21)
     assert f"over {len(c21['conditions']) - len(local)} conditions" in display.measured_text(c21)
+
+
+def test_a_figure_that_does_not_hold_says_on_which_side_it_lies():
+    """A reader saw "does not hold" on C09 (6.28x against ~2.5x) and could not tell more from less; the
+    first line now says which side of the article's figure the disagreeing conditions lie."""
+    doc = report.rejudged(report.load_doc(COLUMNS[0]))
+    assert display.headline(_entry(doc, "C09")).startswith(
+        "does not hold: estimated above the article's figure (up to ~2.5x): 6.28\u00d7 (resnet50 12 GiB)")
+    assert display.headline(_entry(doc, "C18")).startswith(
+        "does not hold: estimated above and below the article's figure (20-40 %): 0% to 84%")
+    below = _c09(1.15, [1.05, 1.22]).to_dict()
+    assert display.headline(below).startswith("does not hold: measured below the article's figure (up to ~2.5x)")
+    # a verdict that is no "does not hold" keeps its plain form
+    assert display.headline(dict(below, verdict="inconclusive")).startswith("inconclusive: article up to ~2.5x; ")
+
+
+def test_the_first_lines_verb_follows_the_conditions_estimated_flags():
+    """C18's first line said "Measured" over a picture of diamonds ("diamond: estimated")."""
+    doc = report.rejudged(report.load_doc(COLUMNS[0]))
+    c18, c20, c04 = _entry(doc, "C18"), _entry(doc, "C20"), _entry(doc, "C04")
+    assert "measured" not in display.headline(c18) and report.glance_line(c18).startswith("Estimated above")
+    assert display.headline(c20).startswith("does not hold: measured and estimated above and below")
+    assert len(display.headline(c20).split()) <= display.MAX_WORDS and "unresolved" in display.headline(c20)
+    assert display.headline(c04) == "depends: estimated over 2 conditions: 1 agree, 1 below"
+    timed = dict(c18, conditions=[dict(x, estimated=False) for x in c18["conditions"]])
+    assert display.headline(timed).startswith("does not hold: measured above and below")
+
+
+def test_a_case_without_a_band_carries_its_quantity_and_says_why_there_is_no_chart():
+    """C04's cases read "unet 12 GiB: 4.36" with no unit, and nothing said why there was no chart."""
+    doc = report.rejudged(report.load_doc(COLUMNS[0]))
+    pic = display.picture_html(_entry(doc, "C04"))
+    assert "<th>case</th><th>largest batch, no_grad / grad</th><th>reading</th>" in pic
+    assert "<td>unet 12 GiB</td><td>4.36\u00d7</td>" in pic and "<td>mlp 12 GiB</td><td>1.00\u00d7</td>" in pic
+    assert pic.index("no chart: the article gives no figure") < pic.index("<table class='cases'>")
+    assert "largest batch, no_grad / grad 4.36\u00d7" in display.details_text(_entry(doc, "C04"))

@@ -89,3 +89,34 @@ def test_record_and_table_escape_and_keep_units():
 def test_stored_text_is_shown_as_text():
     assert html.esc("a\x1b[2J\u202eb\n\tc<") == "a\\x1b[2J\\u202eb\n\tc&lt;"
     assert html.esc(None) == ""
+
+
+def _tick_labels(svg):
+    return [t.text for t in ET.fromstring(svg).iter(f"{SVG}text") if t.get("class") == "tick"]
+
+
+def test_the_axis_has_ticks_around_every_figure():
+    """C18's axis read only 0% and 50%, so its 84% had no tick near it."""
+    pts = [html.Point("mlp", 0.0, -0.053, 0.051, "disagrees", band=(0.2, 0.4)),
+           html.Point("resnet50", 0.84, 0.832, 0.848, "disagrees", band=(0.2, 0.4))]
+    assert _tick_labels(html.band_chart(pts, "%")) == ["0%", "25%", "50%", "75%", "100%"]
+    for top in (0.07, 0.9, 3.0, 24.9, 180.0):  # every axis: three or more ticks, the last at or past the largest figure
+        svg = html.band_chart([html.Point("a", top, band=(1.0, 2.0))], "x")
+        ticks = [float(t.rstrip("\u00d7")) for t in _tick_labels(svg)]
+        assert len(ticks) >= 3 and ticks[-1] >= top, (top, ticks)
+
+
+def test_the_phone_layout_puts_labels_above_rows_in_a_narrow_picture():
+    """At 390 px the 560-wide picture was drawn at half size (5 px labels); the narrow one is 340 wide, its
+    labels on their own lines above the rows, so it is drawn near 1:1."""
+    pts = [html.Point("resnet50 speed (forward gain stored without an interval)", 0.31, 0.18, 0.40, "unresolved",
+                      band=(0.25, 0.30)), html.Point("mlp@256", 0.0, reading="disagrees", band=(0.1, 0.15))]
+    wide, narrow = html.band_chart(pts, "%"), html.band_chart(pts, "%", narrow=True)
+    root = ET.fromstring(narrow)
+    assert root.get("viewBox").split()[2] == "340" and "narrow" in root.get("class") and "wide" in wide
+    labels = [t for t in root.iter(f"{SVG}text") if t.get("class") != "tick" and t.find(f"{SVG}tspan") is not None][:2]
+    spans = [s for t in labels for s in t.findall(f"{SVG}tspan")]
+    assert all(float(s.get("x")) < 10 for s in spans)  # from the left edge, not right-aligned beside the row
+    first_mark = root.find(f".//{SVG}circle")
+    assert max(float(s.get("y")) for s in labels[0].findall(f"{SVG}tspan")) < float(first_mark.get("cy")) - 4
+    assert "".join(s.text for s in labels[0].findall(f"{SVG}tspan")).startswith("resnet50 speed (forward gain stored")

@@ -122,3 +122,21 @@ def test_for_claim_draws_from_a_result_and_from_its_dict():
     assert _texts(claims.figure(r.to_dict())) == _texts(fig)
     with pytest.raises(ValueError, match="no picture for claim 'C06'; allowed: C04"):
         claims.figure({"id": "C06", "evidence": {}})
+
+
+def test_a_log_panel_of_the_article_table_has_two_or_more_labelled_ticks():
+    """The report's batch-factor panel (measured far beyond the band: a log axis) showed one tick, "10¹"."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rows = [dict(workload=w, quantity="batch factor x", measured=m, low=lo, high=hi, ci_low=m * 0.95, ci_high=m * 1.05)
+            for w, m, lo, hi in (("resnet50", 6.27, 1.8, 2.2), ("transformer_base", 23.67, 1.6, 1.9),
+                                 ("unet", 4.85, 2.0, 2.3), ("mlp", 1.80, 1.2, 1.4))]
+    fig = plots.article_table(rows, device="gpu X", scale="full")
+    FigureCanvasAgg(fig).draw()
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "symlog"
+    lo, hi = ax.get_xlim()
+    shown = [(t.get_position()[0], t.get_text()) for t in ax.get_xticklabels()
+             if t.get_text() and lo <= t.get_position()[0] <= hi]
+    assert len(shown) >= 3, shown
+    assert shown[-1][0] >= 10 and all("^" not in s and "$" not in s for _, s in shown), shown  # plain numbers

@@ -104,8 +104,10 @@ def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
 
 
 # an opened claim's words outside its folded parts: innerText skips the contents of a closed <details>
+# (an axis's numbers, class 'tick', are not words to read: a chart with ticks that cover its figures has more)
 OPENED_WORDS = """() => [...document.querySelectorAll('#verdict-table details.claim')].map(d => { d.open = true;
-  const n = d.innerText.split(/\\s+/).filter(w => w).length; d.open = false;
+  const ticks = [...d.querySelectorAll('.picture text.tick')].filter(t => t.getClientRects().length).length;
+  const n = d.innerText.split(/\\s+/).filter(w => w).length - ticks; d.open = false;
   return {id: d.dataset.claim, words: n, picture: !!d.querySelector('.picture svg')}; })"""
 
 
@@ -143,3 +145,48 @@ def test_an_opened_row_reads_in_120_words_with_its_picture_and_the_failing_figur
     assert with_band and {r["id"] for r in rows if r["picture"]} == with_band
     for cid, fig, _line in report.failing_figures(doc):
         assert by_id[cid]["verdict"] == "does not hold" and cid in failing and fig in failing
+
+
+def test_the_tops_failing_figures_and_the_verdict_count_reconcile(stored_report):
+    """The top listed 6 of the article's figures that do not hold, the verdict count said 8 "does not
+    hold": the top now names the other claims that do not hold (they have no figure of the article's)."""
+    path, doc, _ = stored_report
+    page = path.read_text()
+    top = page[page.index("id='failing-figures'"):page.index("id='where'")]
+    n = doc["meta"]["counts"]["does not hold"]
+    figures = report.failing_figures(doc)
+    others = [c["id"] for c in doc["claims"] if c["verdict"] == "does not hold" and not c.get("figure")]
+    assert others and len(figures) + len(others) == n
+    assert f"({len(figures)}):" in top and f"{n} claims do not hold in all: these {len(figures)} figures" in top
+    assert all(f"href='#claim-{cid}'" in top for cid in others)
+
+
+# each visible label of the opened claims' pictures: its drawn font size (the SVG's scale times its 11 px)
+LABEL_PX = """() => [...document.querySelectorAll('#verdict-table .picture svg text')].filter(t =>
+  t.getClientRects().length).map(t => ({text: t.textContent.slice(0, 30),
+  px: t.ownerSVGElement.getScreenCTM().a * parseFloat(getComputedStyle(t).fontSize)}))"""
+
+
+def test_a_pictures_text_stays_readable_on_a_390px_phone(stored_report):
+    """At 390 px C18's labels were drawn about 5 px tall (the 560-wide picture squeezed to half size)."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    path, _, _ = stored_report
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=1)
+            page.goto(path.resolve().as_uri())
+            page.eval_on_selector_all("#verdict-table details.claim", "ds => ds.forEach(d => d.open = true)")
+            labels = page.evaluate(LABEL_PX)
+            width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
+            page.set_viewport_size({"width": 1280, "height": 900})
+            wide = page.evaluate(LABEL_PX)
+        finally:
+            browser.close()
+    assert len(labels) > 50 and width <= 390
+    small = sorted(labels, key=lambda t: t["px"])[:3]
+    assert small[0]["px"] >= 9.5, small
+    assert min(t["px"] for t in wide) >= 10.5  # the wide layout at 1280 px: drawn at its own size
