@@ -27,7 +27,7 @@ import re
 from nogradlab.core import html as _html
 from nogradlab.claims import rules as _rules
 
-__all__ = ["MAX_WORDS", "CASE_QUANTITIES", "headline", "verb", "side", "measured_text", "points", "picture_html", "picture_text", "no_picture_reason",
+__all__ = ["MAX_WORDS", "headline", "verb", "side", "measured_text", "points", "picture_html", "picture_text", "no_picture_reason",
            "conditions_html", "figure_short", "folded_html", "details_text", "glance_html", "value_of"]
 
 #: the first line's length, in words
@@ -90,23 +90,28 @@ def _counted(cond: dict) -> bool:
 #: what a condition's figure means, and its unit, where the claim has no article's band to read it in
 #: (the judges' own quantities: nb01's ``no_grad_over_grad``, nb02's activation bytes over parameter,
 #: gradient and momentum bytes, nb04's ``max_abs_diff``); a case table read "unet 12 GiB: 4.36"
-CASE_QUANTITIES = {"C04": ("largest batch, no_grad / grad", "x"),
-                   "C08": ("saved activations / weights, gradients and momentum", "x"),
-                   "C15": ("largest difference, no_grad against without", None)}
+def _case_quantity(entry: dict) -> tuple:
+    """``(what a case's figure is, its unit)``, as the claim declares it (``case_quantity``), else ``('', None)``."""
+    from nogradlab.claims import ledger
+
+    try:
+        return ledger.get(entry.get("id")).case_quantity or ("", None)
+    except ValueError:  # an id this release does not know (a stored column of another)
+        return ("", None)
 
 
 def value_of(entry: dict, cond: dict) -> "tuple[str, str]":
     """A condition's figure and interval as text, in its band's unit (``('9.4%', '[5.9%, 20%]')``), else
-    in its claim's case quantity's (:data:`CASE_QUANTITIES`)."""
+    in its claim's case quantity's (the claim's ``case_quantity``)."""
     band = _band(entry, cond)
-    unit = band[1] if band else CASE_QUANTITIES.get(entry.get("id"), (None, None))[1]
+    unit = band[1] if band else _case_quantity(entry)[1]
     return _html.value(cond.get("value"), unit), _html.interval(cond.get("ci"), unit)
 
 
 def _case_figure(entry: dict, cond: dict) -> str:
     """A case's figure with what it means (``'largest batch, no_grad / grad 4.36×'``), else the figure alone."""
     v, ci = value_of(entry, cond)
-    name = CASE_QUANTITIES.get(entry.get("id"), ("", None))[0] if _band(entry, cond) is None else ""
+    name = _case_quantity(entry)[0] if _band(entry, cond) is None else ""
     return " ".join(x for x in (name, v, ci) if x)
 
 
@@ -260,7 +265,7 @@ def picture_html(entry: dict, narrow: bool = False) -> str:
             v, ci = value_of(entry, c)
             rows.append((name, f"{v} {ci}".strip() if _number(c.get("value")) else "", reading) if figures
                         else (name, reading))
-        quantity = CASE_QUANTITIES.get(entry.get("id"), ("figure", None))[0]
+        quantity = _case_quantity(entry)[0] or "figure"
         return (f"<p class='small nopic'>{_html.esc(no_picture_reason(entry))}.</p>"
                 + _html.cases_table(rows, quantity=quantity))
     return f"<p class='small nopic'>{_html.esc(no_picture_reason(entry))}.</p>"

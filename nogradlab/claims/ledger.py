@@ -51,6 +51,8 @@ class Claim:
       checks that time or trace models: on a shared two-core machine a second OpenMP thread makes every
       call several times slower and noisier; bytes do not depend on it), restored afterwards; None
       leaves torch's.
+    * ``case_quantity``: ``(what a case's figure is, its unit)`` for a claim the display shows as a table of
+      cases (no band to draw: C04's batch ratios), so that a figure says what it measures;
     * ``estimates_at``: the scale of the article-sized estimates its check makes (``"full"``), whatever
       the run's scale; None for a claim that makes none.
     * ``speedup_edges(workload)``: the speedups over grad at which its own rule changes its reading of a
@@ -76,6 +78,7 @@ class Claim:
     chart_rank: int = 99
     tiny_cpu_threads: "int | None" = None
     estimates_at: "str | None" = None
+    case_quantity: "tuple | None" = None  # (what a case's figure is, its unit): a claim shown as a table of cases
     speedup_edges: object = field(default=None, repr=False, compare=False)
     stop_edges: object = field(default=None, repr=False, compare=False)
     shared_readings: object = field(default=None, repr=False, compare=False)
@@ -128,7 +131,7 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
             figure: "str | None" = None, basis: str = "here", key_chart: "tuple | None" = None,
             chart_rank: int = 99, tiny_cpu_threads: "int | None" = None, estimates_at: "str | None" = None,
             speedup_edges=None, stop_edges=None, shared_readings=None, with_cost=None,
-            without_timings=None) -> Claim:
+            without_timings=None, case_quantity: "tuple | None" = None) -> Claim:
     """Declare a claim (once, in its notebook's check module) and return it. The keyword arguments
     after ``key_chart`` are what generic code asks of the claim (:class:`Claim`)."""
     if id in _CLAIMS:
@@ -147,7 +150,7 @@ def declare(id: str, *, section: str, paraphrase: str, kind: str, notebook: str,
     if basis in ("estimate", "mixed") and estimates_at is None:
         raise ValueError(f"claim {id}: basis {basis!r} judges estimates; declare their scale (estimates_at)")
     c = Claim(id, section, paraphrase, figure, kind, notebook, rule, basis, key_chart, chart_rank, tiny_cpu_threads,
-              estimates_at, speedup_edges, stop_edges, shared_readings, with_cost, without_timings)
+              estimates_at, case_quantity, speedup_edges, stop_edges, shared_readings, with_cost, without_timings)
     _CLAIMS[id] = c
     return c
 

@@ -423,7 +423,8 @@ def _larger(a: int, a_capped: bool, b: int, b_capped: bool) -> "bool | None":
 
 
 C04 = declare(
-    "C04", section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
+    "C04", case_quantity=("largest batch, no_grad / grad", "x"),
+    section='1', kind='semantic+numeric', notebook=NOTEBOOK, basis="estimate",
     estimates_at="full",  # its article-sized models are estimated (and searched for real on a GPU) at full size
     paraphrase='no_grad lets larger batches fit in memory',
     figure=None,

@@ -212,7 +212,8 @@ def judge_c11(m, rule):
 
 
 C08 = declare(
-    "C08", section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    "C08", case_quantity=("saved activations / weights, gradients and momentum", "x"),
+    section='2', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='what backward keeps is the largest share of GPU memory in training',

@@ -106,7 +106,8 @@ def judge_c14(m, rule):
 
 
 C15 = declare(
-    "C15", section='4', kind='semantic', notebook=NOTEBOOK,
+    "C15", case_quantity=("largest difference, no_grad against without", None),
+    section='4', kind='semantic', notebook=NOTEBOOK,
     paraphrase="no_grad never changes a model's predictions",
     figure=None,
     rule=Rule("Holds when eval-mode outputs with and without no_grad agree within 1e-5 relative to the "

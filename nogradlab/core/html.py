@@ -189,7 +189,12 @@ _SHOWN = "#57606a"
 
 
 def _label_lines(label: str, chars: int = _LABEL_CHARS) -> list:
-    """``label`` in at most :data:`_LABEL_LINES` lines of ``chars`` characters."""
+    """``label`` in at most :data:`_LABEL_LINES` lines of ``chars`` characters. A label too long for them
+    whose parenthesis lists several things (``'resnet50 speed (X05's spread; no interval; same column: ...)'``)
+    keeps the first (``'resnet50 speed (X05's spread …)'``): the rest is in the tooltip."""
+    if len(label) > chars * _LABEL_LINES and " (" in label and ";" in label.partition(" (")[2]:
+        head, _, inner = label.partition(" (")
+        label = f"{head} ({inner.split(';')[0].strip()} …)"
     lines = textwrap.wrap(label, chars, break_on_hyphens=False) or [""]
     if len(lines) > _LABEL_LINES:
         rest = " ".join(lines[_LABEL_LINES - 1:])

@@ -294,10 +294,10 @@ def test_c19s_first_line_says_it_is_judged_on_its_second_half_only_and_its_figur
     # beside the verdict's chip (notebook) or cell (report) the words keep the qualifier, not the verdict twice
     glance = display.glance_html({"id": "C19", "verdict": j.verdict, "qualifier": j.qualifier,
                                   "conditions": j.conditions})
-    assert "(second half only) measured 2 conditions" in glance and "holds (second" not in glance, glance
+    assert "(second half only) estimated over 2 conditions" in glance and "holds (second" not in glance, glance
     from nogradlab.run import report
     assert report.glance_line({"verdict": "holds", "qualifier": "second half only", "conditions": j.conditions}
-                              ).startswith("(second half only) Measured 2 conditions"), j.conditions
+                              ).startswith("(second half only) Estimated over 2 conditions"), j.conditions
     for c in j.conditions:
         rows = sorted(values["series"][c["condition"].split(": ")[0]], key=lambda r: r["seq_len"])
         pts = round(100 * (rows[-1]["memory_saved"] - rows[0]["memory_saved"]))

@@ -120,3 +120,11 @@ def test_the_phone_layout_puts_labels_above_rows_in_a_narrow_picture():
     first_mark = root.find(f".//{SVG}circle")
     assert max(float(s.get("y")) for s in labels[0].findall(f"{SVG}tspan")) < float(first_mark.get("cy")) - 4
     assert "".join(s.text for s in labels[0].findall(f"{SVG}tspan")).startswith("resnet50 speed (forward gain stored")
+
+
+def test_a_label_too_long_for_two_lines_keeps_the_first_of_its_parenthesis():
+    label = ("resnet50 speed (X05's spread; forward gain stored without an interval; same column: "
+             "X05 +15% [+5%, +22%] at batch 32, C03 +10% at 16, +0% at 64)")
+    assert html._label_lines(label) == ["resnet50 speed (X05's spread …)"]
+    svg = html.band_chart([html.Point(label, 0.31, 0.18, 0.40, "unresolved", (0.25, 0.30))], "%")
+    assert "same column: X05 +15%" in svg  # whole in the tooltip
