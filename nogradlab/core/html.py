@@ -238,17 +238,9 @@ def _tick(t: float, unit: "str | None") -> str:
     return f"{t:g}"
 
 
-def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, narrow: bool = False) -> str:
-    """The band-and-dot picture as inline SVG: one row per condition, the article's band shaded behind
-    it, the value a dot with its interval as a line; agreeing dots green, disagreeing red, unresolved grey;
-    a measured value a circle, an estimated one a diamond; a condition shown and not counted a hollow mark
-    in neither colour. One axis for all rows, in ``unit`` (see :func:`value`); with ``legend``, a line
-    underneath says all this in words (:func:`legend_text`; ``legend`` may be the points it speaks for,
-    when one legend serves several charts). ``narrow``: the phone layout, each label above its row
-    (:data:`_NW`). Axis labels carry ``class='tick'``. ``''`` without points."""
-    pts = [p for p in points if isinstance(p.value, (int, float)) and math.isfinite(p.value)]
-    if not pts:
-        return ""
+def _axis(pts, unit) -> tuple:
+    """``(low, high, ticks)`` of a picture's one axis: every figure, interval and band inside, 0 % or 1x
+    in view, a tick beyond the largest figure (84 % reads against 100 %)."""
     xs = [p.value for p in pts] + [x for p in pts for x in (p.lo, p.hi) if x is not None]
     xs += [x for p in pts if p.band for x in p.band if x is not None]
     a, b = min(xs), max(xs)
@@ -260,9 +252,58 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, 
     pad = (b - a) * 0.06 or abs(b) * 0.1 or 1.0
     a, b = a - pad, b + pad
     ticks = _ticks(a, b)
-    if len(ticks) > 1 and ticks[-1] < top_value:  # a tick beyond the largest figure: 84% reads against 100%
+    if len(ticks) > 1 and ticks[-1] < top_value:
         b = ticks[-1] + (ticks[1] - ticks[0])
         ticks.append(b)
+    return a, b, ticks
+
+
+def _row_marks(p, ls, y: float, row_top: float, left: float, sx, unit, narrow: bool) -> list:
+    """One condition's row of a picture, as SVG pieces: its label (with the whole condition in a tooltip),
+    its interval's line and its mark (a circle measured, a diamond estimated; hollow when not counted);
+    the group it opens is closed by the caller."""
+    out = []
+    colour = READING_COLOURS.get(p.reading, "#0969da") if p.counted else _SHOWN
+    tip = (f"{p.label}: {value(p.value, unit)} {interval((p.lo, p.hi), unit) if p.lo is not None else ''}"
+           f" {p.reading}{' (estimated)' if p.estimated else ' (measured)'}"
+           f"{'' if p.counted else ', shown, not counted'}")
+    if narrow:  # the label's lines above its row, from the left edge
+        spans = "".join(f"<tspan x='{left - 8}' y='{row_top + _LINE * (k + 1):.1f}'>{esc(line)}</tspan>"
+                        for k, line in enumerate(ls))
+        out.append(f"<g><title>{esc(tip)}</title><text fill='#1f2328'>{spans}</text>")
+    else:
+        first = y + 4 - _LINE * (len(ls) - 1) / 2
+        spans = "".join(f"<tspan x='{left - 6}' y='{first + _LINE * k:.1f}'>{esc(line)}</tspan>"
+                        for k, line in enumerate(ls))
+        out.append(f"<g><title>{esc(tip)}</title>"
+                   f"<text text-anchor='end' fill='#1f2328'>{spans}</text>")
+    if p.lo is not None and p.hi is not None:
+        out.append(f"<line x1='{sx(p.lo):.1f}' x2='{sx(p.hi):.1f}' y1='{y:.1f}' y2='{y:.1f}' "
+                   f"stroke='{colour}' stroke-width='2'/>")
+    cx = sx(p.value)
+    # filled in the reading's colour when counted; hollow (white inside, grey edge) when only shown
+    fill, edge = (colour, "none") if p.counted else ("white", _SHOWN)
+    if p.estimated:
+        out.append(f"<path class='est' d='M{cx:.1f} {y - 6:.1f}l6 6l-6 6l-6 -6z' fill='{fill}' "
+                   f"stroke='{edge}' stroke-width='2'/>")
+    else:
+        out.append(f"<circle class='meas' cx='{cx:.1f}' cy='{y:.1f}' r='5' fill='{fill}' stroke='{edge}' "
+                   "stroke-width='2'/>")
+    return out
+
+
+def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, narrow: bool = False) -> str:
+    """The band-and-dot picture as inline SVG: one row per condition, the article's band shaded behind
+    it, the value a dot with its interval as a line; agreeing dots green, disagreeing red, unresolved grey;
+    a measured value a circle, an estimated one a diamond; a condition shown and not counted a hollow mark
+    in neither colour. One axis for all rows, in ``unit`` (see :func:`value`); with ``legend``, a line
+    underneath says all this in words (:func:`legend_text`; ``legend`` may be the points it speaks for,
+    when one legend serves several charts). ``narrow``: the phone layout, each label above its row
+    (:data:`_NW`). Axis labels carry ``class='tick'``. ``''`` without points."""
+    pts = [p for p in points if isinstance(p.value, (int, float)) and math.isfinite(p.value)]
+    if not pts:
+        return ""
+    a, b, ticks = _axis(pts, unit)
     W, left, right, chars = (_NW, _NLEFT, _NRIGHT, _NLABEL_CHARS) if narrow else (_W, _LEFT, _RIGHT, _LABEL_CHARS)
     width = W - left - right
 
@@ -292,32 +333,7 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, 
             x0, x1 = sx(lo), sx(b if hi is None else hi)
             out.append(f"<rect x='{x0:.1f}' y='{y - 7:.1f}' width='{max(x1 - x0, 1.5):.1f}' height='14' "
                        "fill='#d0d7de' opacity='0.8'/>")
-        colour = READING_COLOURS.get(p.reading, "#0969da") if p.counted else _SHOWN
-        tip = (f"{p.label}: {value(p.value, unit)} {interval((p.lo, p.hi), unit) if p.lo is not None else ''}"
-               f" {p.reading}{' (estimated)' if p.estimated else ' (measured)'}"
-               f"{'' if p.counted else ', shown, not counted'}")
-        if narrow:  # the label's lines above its row, from the left edge
-            spans = "".join(f"<tspan x='{left - 8}' y='{row_top + _LINE * (k + 1):.1f}'>{esc(line)}</tspan>"
-                            for k, line in enumerate(ls))
-            out.append(f"<g><title>{esc(tip)}</title><text fill='#1f2328'>{spans}</text>")
-        else:
-            first = y + 4 - _LINE * (len(ls) - 1) / 2
-            spans = "".join(f"<tspan x='{left - 6}' y='{first + _LINE * k:.1f}'>{esc(line)}</tspan>"
-                            for k, line in enumerate(ls))
-            out.append(f"<g><title>{esc(tip)}</title>"
-                       f"<text text-anchor='end' fill='#1f2328'>{spans}</text>")
-        if p.lo is not None and p.hi is not None:
-            out.append(f"<line x1='{sx(p.lo):.1f}' x2='{sx(p.hi):.1f}' y1='{y:.1f}' y2='{y:.1f}' "
-                       f"stroke='{colour}' stroke-width='2'/>")
-        cx = sx(p.value)
-        # filled in the reading's colour when counted; hollow (white inside, grey edge) when only shown
-        fill, edge = (colour, "none") if p.counted else ("white", _SHOWN)
-        if p.estimated:
-            out.append(f"<path class='est' d='M{cx:.1f} {y - 6:.1f}l6 6l-6 6l-6 -6z' fill='{fill}' "
-                       f"stroke='{edge}' stroke-width='2'/>")
-        else:
-            out.append(f"<circle class='meas' cx='{cx:.1f}' cy='{y:.1f}' r='5' fill='{fill}' stroke='{edge}' "
-                       "stroke-width='2'/>")
+        out += _row_marks(p, ls, y, row_top, left, sx, unit, narrow)
         out.append("</g>")
     axis = _TOP + body + 4
     out.append(f"<line x1='{left}' x2='{W - right}' y1='{axis}' y2='{axis}' stroke='#57606a'/>")

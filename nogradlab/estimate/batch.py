@@ -322,6 +322,13 @@ def _bracketed(probe, fits, known: dict, budget: int, max_batch: int, second: in
             gap *= 2
             if low not in pts:
                 pts[low] = probe(low)
+    return _close_bracket(fits, known, b2)
+
+
+def _close_bracket(fits, known: dict, b2: int) -> "int | None":
+    """The bracket search's last part: between the largest batch ``known`` to fit and the smallest known
+    not to, each end's neighbour once, then bisection (a gallop down from the upper end first, where only
+    batches 1 and ``b2`` are known to fit). None where ``known`` gives no bracket."""
     lo = max((b for b, ok in known.items() if ok), default=None)
     hi = min((b for b, ok in known.items() if not ok), default=None)
     if lo is None or hi is None or hi <= lo:
@@ -412,6 +419,19 @@ def _affine_trace(ev_a: list, a: int, ev_b: list, b: int):
     return trace
 
 
+def _first_pair(events_of, real, traced, second: int, max_batch: int, hint) -> tuple:
+    """The two batches :func:`_affine_find` fits its first line through: with a hint, two of ``traced``
+    (traces that searches under other budgets took) that lie on one line, so the first line costs no new
+    trace (a few pairs tried: a cuDNN workspace can change the operations); else batches 1 and ``second``."""
+    for pair in (_fit_pairs([b for b in traced if b <= max_batch], second)[:16] if hint else ()):
+        if _affine_trace(events_of(pair[0]), pair[0], events_of(pair[1]), pair[1]) is not None:
+            for b in pair:
+                real(b)
+            return pair
+    real(second)
+    return (1, second)
+
+
 def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=None, traced=()) -> tuple:
     """The largest batch that fits, from few traces: ``(batch, note)``.
 
@@ -439,18 +459,7 @@ def _affine_find(probe, events_of, replay, budget: int, max_batch: int, hint=Non
     if max_batch == 1:
         return 1, None
     second = min(max(int(hint or 2), 2), max_batch)
-    pts = None
-    # traces that searches under other budgets took: where two of them lie on one line, the first
-    # line costs no new trace (a few pairs tried: a cuDNN workspace can change the operations)
-    for pair in (_fit_pairs([b for b in traced if b <= max_batch], second)[:16] if hint else ()):
-        if _affine_trace(events_of(pair[0]), pair[0], events_of(pair[1]), pair[1]) is not None:
-            pts = pair
-            for b in pair:
-                real(b)
-            break
-    if pts is None:
-        real(second)
-        pts = (1, second)
+    pts = _first_pair(events_of, real, traced, second, max_batch, hint)
     replays = 0
     why = None
     misses = 0

@@ -1000,6 +1000,52 @@ def _legend() -> str:
             "tested) / needs re-measuring (a stored column lacks what today&#39;s rule reads).")
 
 
+def _status_html(m: dict) -> str:
+    """The banner under the title: complete, or why not (failed notebooks, claims not run), with the counts."""
+    failed = [n for n in m["notebooks"] if n["status"] != "ok"]
+    not_run = m["counts"].get(NOT_RUN, 0)
+    if m["complete"]:
+        status = "<div class='banner good' id='status'>Complete: every notebook ran and every claim has a verdict."
+    else:
+        why = []
+        if m.get("interrupted"):
+            why.append("the run was interrupted")
+        if failed:
+            why.append(f"{len(failed)} notebook(s) failed: " + ", ".join(_e(n["name"]) for n in failed))
+        if not_run:
+            why.append(f"{not_run} claim(s) not run")
+        status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
+    return f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>"
+
+
+def _notebooks_html(notebooks: list) -> str:
+    """The notebooks' table: each one's status, time, claims and error (its cell, source and traceback folded)."""
+    if not notebooks:
+        return ""
+    parts = []
+    parts.append("<h2 id='notebooks'>Notebooks</h2><table id='notebook-table'><thead><tr><th>notebook"
+                 "</th><th>status</th><th>time</th><th>claims</th><th>error</th></tr></thead><tbody>")
+    for n in notebooks:
+        name = (f"<a href='{_e(n['html'])}'>{_e(n['name'])}</a>" if n.get("html") else _e(n["name"]))
+        if n.get("ipynb"):
+            name += f" <a class='small' href='{_e(n['ipynb'])}'>(.ipynb)</a>"
+        if n.get("kernel_log"):
+            name += f" <a class='small' href='{_e(n['kernel_log'])}'>(kernel log)</a>"
+        err = ""
+        if n.get("error"):
+            er = n["error"]
+            err = (f"<b class='err-cell'>{_e(cell_name(er))}</b>: {_e(er['ename'])}: {_e(er['evalue'])}"
+                   + (f"<details><summary>cell source and traceback</summary><pre>{_e(er.get('source'))}"
+                      f"</pre><pre>{_e(er.get('traceback'))}</pre></details>"
+                      if er.get("source") or er.get("traceback") else ""))
+        parts.append(f"<tr data-notebook='{_e(n['name'])}' data-status='{_e(n['status'])}'><td>{name}</td>"
+                     f"<td class='status-{_e(n['status']).replace(' ', '-')}'>{_e(n['status'])}</td>"
+                     f"<td>{n['seconds']:.1f} s</td><td>{_e(', '.join(n.get('claims', [])) or 'beyond the article: no claim')}</td>"
+                     f"<td>{err}</td></tr>")
+    parts.append("</tbody></table>")
+    return "\n".join(parts)
+
+
 def render_html(doc: dict, refs=(), chart_list=None) -> str:
     """The report page as a string (see the module docstring)."""
     m = doc["meta"]
@@ -1016,20 +1062,8 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
              f"<p class='meta'>This run: <b>{_e(m['device_label'])}</b>, scale <b>{_e(m['scale'])}</b>, "
              f"nogradlab {_e(m['nogradlab'])}, {_e(m['generated'])}, {m['seconds']:.0f} s "
              f"({_e(m['source'])}).</p>"]
-    failed = [n for n in m["notebooks"] if n["status"] != "ok"]
-    not_run = m["counts"].get(NOT_RUN, 0)
-    if m["complete"]:
-        status = "<div class='banner good' id='status'>Complete: every notebook ran and every claim has a verdict."
-    else:
-        why = []
-        if m.get("interrupted"):
-            why.append("the run was interrupted")
-        if failed:
-            why.append(f"{len(failed)} notebook(s) failed: " + ", ".join(_e(n["name"]) for n in failed))
-        if not_run:
-            why.append(f"{not_run} claim(s) not run")
-        status = f"<div class='banner bad' id='status'>Incomplete: {'; '.join(why)}."
-    parts.append(f"{status} <span class='counts'>{_counts_html(m['counts'])}</span></div>")
+    parts.append(_status_html(m))
+
     parts.append(_failing_figures_html(doc))
     sections = [("where", "what ran where"), ("claims", "the claims")]
     lead = _lead_titles()
@@ -1059,29 +1093,8 @@ def render_html(doc: dict, refs=(), chart_list=None) -> str:
             parts.append(f"<p class='small'><b>{_e(title)}</b>: {_e(caption)}</p>")
     parts.append(_by_release_html(doc, refs))
 
-    # notebooks
     if m["notebooks"]:
-        parts.append("<h2 id='notebooks'>Notebooks</h2><table id='notebook-table'><thead><tr><th>notebook"
-                     "</th><th>status</th><th>time</th><th>claims</th><th>error</th></tr></thead><tbody>")
-        for n in m["notebooks"]:
-            name = (f"<a href='{_e(n['html'])}'>{_e(n['name'])}</a>" if n.get("html") else _e(n["name"]))
-            if n.get("ipynb"):
-                name += f" <a class='small' href='{_e(n['ipynb'])}'>(.ipynb)</a>"
-            if n.get("kernel_log"):
-                name += f" <a class='small' href='{_e(n['kernel_log'])}'>(kernel log)</a>"
-            err = ""
-            if n.get("error"):
-                er = n["error"]
-                err = (f"<b class='err-cell'>{_e(cell_name(er))}</b>: {_e(er['ename'])}: {_e(er['evalue'])}"
-                       + (f"<details><summary>cell source and traceback</summary><pre>{_e(er.get('source'))}"
-                          f"</pre><pre>{_e(er.get('traceback'))}</pre></details>"
-                          if er.get("source") or er.get("traceback") else ""))
-            parts.append(f"<tr data-notebook='{_e(n['name'])}' data-status='{_e(n['status'])}'><td>{name}</td>"
-                         f"<td class='status-{_e(n['status']).replace(' ', '-')}'>{_e(n['status'])}</td>"
-                         f"<td>{n['seconds']:.1f} s</td><td>{_e(', '.join(n.get('claims', [])) or 'beyond the article: no claim')}</td>"
-                         f"<td>{err}</td></tr>")
-        parts.append("</tbody></table>")
-
+        parts.append(_notebooks_html(m["notebooks"]))
     # hardware
     parts.append("<h2 id='hardware'>Hardware</h2><ul>"
                  f"<li><b>this run</b>: {_e(m['device_label'])}, scale {_e(m['scale'])}, {_e(m['generated'])}</li>")

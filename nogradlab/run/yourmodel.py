@@ -214,6 +214,33 @@ def _timing_knobs(dev, scale, seed) -> dict:
     return {key: k[key] for key in ("rounds", "min_run_time", "warmup", "num_threads")}
 
 
+def _time_modes(own, base, x, dev, b: int, scale: str, seed: int) -> dict:
+    """The document's ``here["timing"]``: each mode's time per call on ``base`` by ``nogradlab.timing.compare``
+    with the claim checks' knobs, the ratio to the grad forward with its paired signed-rank interval."""
+    from nogradlab.core import timing
+
+    # the same steps on the same weights (each forward case sets eval itself). The training step: plain SGD
+    # with a small learning rate (weights that stay finite keep the times honest; no momentum buffers held
+    # between rounds: a copy of the weights fewer in memory on a 1 GB Binder machine)
+    opt = torch.optim.SGD(base.parameters(), lr=1e-4, foreach=True)
+    cases = {mode: _step(own, base, x, mode, dev, b, opt if mode == "train" else None)[0]
+             for mode in ("grad", "no_grad", "inference_mode", "train")}
+    knobs = _timing_knobs(dev, scale, seed)
+    cmp = timing.compare(cases, baseline="grad", device=dev, seed=seed, **knobs)
+    return {
+        "protocol": (f"nogradlab.timing.compare: {cmp.rounds} interleaved rounds, {knobs['warmup']} warm-up "
+                     f"call(s), {cmp.threads} thread(s), cases in a random order each round, median per call, ratio to "
+                     f"the grad forward with a {timing.CONFIDENCE:.0%} signed-rank interval of the paired rounds; "
+                     "the training step timed with SGD "
+                     f"without momentum; {timing.CLOCKS[cmp.clock]}; the fused transformer fast path on "
+                     "(PyTorch's default)"),
+        "threads": cmp.threads, "rounds": cmp.rounds,
+        "modes": {m: {"median_s": t.median, "iqr_s": t.iqr,
+                      "over_grad": 1.0 / cmp.speedup[m],
+                      "over_grad_ci": [1.0 / cmp.ci[m][1], 1.0 / cmp.ci[m][0]]}
+                  for m, t in cmp.timings.items()}}
+
+
 def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *, time_it: bool = True) -> dict:
     """On ``device``, at the batch of ``scale`` (:func:`here_batch`): each mode's peak memory (weights,
     inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
@@ -223,8 +250,6 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
     ``time_it``, each mode's time per call by ``nogradlab.timing.compare`` with the claim checks' knobs
     (interleaved rounds; the ratio to the grad forward with its paired signed-rank 95 % interval; the timed
     training step uses SGD without momentum). Returns a JSON-ready dict (the document's ``here``)."""
-    from nogradlab.core import timing
-
     _memory.release()  # what earlier cells freed, back to the system before the largest steps run
     dev = _device.resolve(device)
     b = here_batch(scale)
@@ -276,27 +301,7 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
             # peak_bytes["train"] is a first step (a fresh optimizer); this, a second, holds the momentum throughout
             "train_later_step_bytes": later}
     if time_it:
-        # the same steps on the same weights (each forward case sets eval itself). The training step: plain SGD
-        # with a small learning rate (weights that stay finite keep the times honest; no momentum buffers held
-        # between rounds: a copy of the weights fewer in memory on a 1 GB Binder machine)
-        opt = torch.optim.SGD(base.parameters(), lr=1e-4, foreach=True)
-        cases = {mode: _step(own, base, x, mode, dev, b, opt if mode == "train" else None)[0]
-                 for mode in ("grad", "no_grad", "inference_mode", "train")}
-        knobs = _timing_knobs(dev, scale, seed)
-        cmp = timing.compare(cases, baseline="grad", device=dev, seed=seed, **knobs)
-        here["timing"] = {
-            "protocol": (f"nogradlab.timing.compare: {cmp.rounds} interleaved rounds, {knobs['warmup']} warm-up "
-                         f"call(s), {cmp.threads} thread(s), cases in a random order each round, median per call, ratio to "
-                         f"the grad forward with a {timing.CONFIDENCE:.0%} signed-rank interval of the paired rounds; "
-                         "the training step timed with SGD "
-                         f"without momentum; {timing.CLOCKS[cmp.clock]}; the fused transformer fast path on "
-                         "(PyTorch's default)"),
-            "threads": cmp.threads, "rounds": cmp.rounds,
-            "modes": {m: {"median_s": t.median, "iqr_s": t.iqr,
-                          "over_grad": 1.0 / cmp.speedup[m],
-                          "over_grad_ci": [1.0 / cmp.ci[m][1], 1.0 / cmp.ci[m][0]]}
-                      for m, t in cmp.timings.items()}}
-        del cases, opt
+        here["timing"] = _time_modes(own, base, x, dev, b, scale, seed)
     del base
     _memory.release()
     return here
