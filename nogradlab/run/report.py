@@ -128,22 +128,27 @@ def _digest_text(text: str) -> str:
 
 def build_doc(results, *, source: str, device="auto", scale: str = "auto", notebooks=(),
               seconds: float = 0.0, command: str = "", interrupted: bool = False,
-              missing_reason: str = "no check ran for this claim", only=None) -> dict:
+              missing_reason: str = "no check ran for this claim", only=None, settings=None) -> dict:
     """The claims.json document for ``results`` (``Result`` objects or their dicts; a dict with
     ``verdict`` None and an ``error`` records a check that raised).
 
     Every registered claim appears, in id order; a claim absent from ``results`` gets verdict None
     with ``missing_reason`` (its expected notebook is named). When one id appears several times the
     last result wins. ``notebooks`` are the per-notebook records of a run (see the schema).
-    ``only`` limits the document to those claim ids (``claims --ids``).
+    ``only`` limits the document to those claim ids (``claims --ids``). ``settings``: the run's
+    :class:`nogradlab.core.settings.Settings`, resolved once at its entry (then ``device`` and ``scale``
+    are not resolved again); without it they are resolved here.
     """
     if source not in ("run", "claims"):
         raise ValueError(f"source must be 'run' or 'claims', got {source!r}")
-    dev = _device.resolve(device)
-    info = _device.describe(dev)
-    from nogradlab.core import workloads
+    if settings is not None:
+        dev, scale = settings.device, settings.scale
+    else:
+        from nogradlab.core import workloads
 
-    scale = workloads.resolve_scale(scale, dev)
+        dev = _device.resolve(device)
+        scale = workloads.resolve_scale(scale, dev)
+    info = _device.describe(dev)
     by_id = {}
     for r in results:
         e = _entry(r)

@@ -309,7 +309,6 @@ def run(device="auto", scale="auto", out="nogradlab-run", notebooks=None, result
     for an output folder it may not use.
     """
     settings = _settings.given(settings, device, scale)  # bad input fails here, before any work
-    dev, scale = settings.device, settings.scale
     nb_dir = notebooks_dir(notebooks)
     nbs = discover(nb_dir)
     results_dir = Path(results) if results else default_dir("results")
@@ -335,10 +334,11 @@ def run(device="auto", scale="auto", out="nogradlab-run", notebooks=None, result
             state["pending"].append(signum)
 
         with _signals(on_signal):
-            return _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state)
+            return _run_locked(lay, settings, nb_dir, nbs, refs, progress, command, state)
 
 
-def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) -> RunOutcome:
+def _run_locked(lay, settings, nb_dir, nbs, refs, progress, command, state) -> RunOutcome:
+    dev, scale = settings.device, settings.scale
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     started = time.strftime("%Y-%m-%d %H:%M:%S %z")
     work = lay.partial
@@ -390,7 +390,7 @@ def _run_locked(lay, dev, scale, nb_dir, nbs, refs, progress, command, state) ->
     finally:
         state["phase"] = "finishing"
         bar.close()
-    return _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted,
+    return _finish(lay, run_id, started, command, settings, records, ledger, refs, t0, interrupted,
                    state["pending"])
 
 
@@ -400,7 +400,7 @@ def _written(stems) -> list:
     return ["notebooks"] + [f"notebooks/{s}{ext}" for s in stems for ext in (".ipynb", ".html", ".kernel.log")]
 
 
-def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0, interrupted, pending):
+def _finish(lay, run_id, started, command, settings, records, ledger, refs, t0, interrupted, pending):
     work, out, failed_dir = lay.partial, lay.out, lay.failed
     mark = {"run_id": run_id, "started": started, "command": command, "entries": list(_outdir.BUILD_ENTRIES),
             "files": _written([r["name"] for r in records])}
@@ -410,7 +410,7 @@ def _finish(lay, run_id, started, command, dev, scale, records, ledger, refs, t0
         ledger_results = _read_ledger(ledger)
         for rec in records:
             rec["claims"] = sorted({r["id"] for r in ledger_results if r.get("notebook") == rec["name"]})
-        doc = _report.build_doc(ledger_results, source="run", device=dev, scale=scale, notebooks=records,
+        doc = _report.build_doc(ledger_results, source="run", settings=settings, notebooks=records,
                                 seconds=time.perf_counter() - t0, command=command, interrupted=bool(interrupted),
                                 missing_reason="not run: no notebook checked this claim")
         _report.write_json(doc, work / "claims.json")
@@ -489,5 +489,5 @@ def check_claims(claim_ids=None, device="auto", scale="auto", seed: int = 0, pro
                          seconds=round(time.perf_counter() - t, 3))
             results.append(entry)
     bar.close()
-    return _report.build_doc(results, source="claims", device=dev, scale=scale,
+    return _report.build_doc(results, source="claims", settings=settings,
                              seconds=time.perf_counter() - t0, command=command, only=chosen)

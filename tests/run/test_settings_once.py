@@ -53,8 +53,6 @@ def test_the_cli_claims_path_resolves_the_settings_once(counted):
     assert counted["resolve_scale"] - counted["resolve_scale from " + REPORT_PY] == 1, counted
 
 
-@pytest.mark.xfail(strict=True, reason="run/report.build_doc resolves the scale it is given again; it should take "
-                                       "the run's Settings (run/report.py is being reworked elsewhere)")
 def test_the_cli_claims_path_resolves_the_scale_once_in_all(counted):
     with contextlib.redirect_stdout(io.StringIO()):
         main(["claims", "--ids", "C30", "--device", "cpu", "--scale", "auto", "--no-results", "--no-progress"])
