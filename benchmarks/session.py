@@ -320,8 +320,11 @@ def table(quiet_path: str, busy_path: str) -> str:
     busy figure stays within twice the quiet one."""
     q, b = (json.loads(Path(p).read_text()) for p in (quiet_path, busy_path))
     fq, fb = figures(q), figures(b)
-    lines = [f"| figure | budget | quiet (load {q['machine']['load_avg_at_start'][0]:.1f}) | "
-             f"beside one busy neighbour (load {b['machine']['load_avg_at_start'][0]:.1f}) | busy / quiet |",
+    def load(d):
+        start, end = d["machine"]["load_avg_at_start"][0], (d.get("load_avg_at_end") or [None])[0]
+        return f"load {start:.1f}" + (f" at the start, {end:.1f} at the end" if end is not None else "")
+
+    lines = [f"| figure | budget | quiet ({load(q)}) | beside one busy neighbour ({load(b)}) | busy / quiet |",
              "|---|---|---|---|---|"]
     for name, (v, budget) in fq.items():
         w = fb.get(name, (None,))[0]

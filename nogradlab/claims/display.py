@@ -280,7 +280,8 @@ def picture_text(entry: dict) -> list:
         edge = ""
         if band:
             a, b = band[0]
-            edge = f"; band {_html.value(a, band[1])} to {_html.value(b, band[1]) if b is not None else 'up'}"
+            edge = (f"; band {_html.value(a, band[1])} to {_html.value(b, band[1])}" if b is not None
+                    else f"; band: above {_html.value(a, band[1])}")
         side = f" ({c['side']})" if c.get("side") else ""
         est = (", estimated" if _estimated(entry, c) else "") + ("" if _counted(c) else ", shown, not counted")
         fig = (f"{v} {ci}".strip() if band else _case_figure(entry, c)) if _number(c.get("value")) else ""

@@ -335,7 +335,14 @@ def plot_here(here: dict):
     fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(9 if timed else 4.8, 3.0), squeeze=False)
     colors = ["#c44e52", "#dd8452", "#55a868", "#4c72b0"]
     ax = axes[0][0]
-    ax.bar(modes, [here["peak_bytes"][m] / 2**20 for m in modes], color=colors)
+    # the train bar is a first step (a fresh optimizer: its momentum made after backward); a later step's peak
+    # beside it, where measured
+    names = ["train (first step)" if m == "train" else m for m in modes]
+    ax.bar(names, [here["peak_bytes"][m] / 2**20 for m in modes], color=colors)
+    if here.get("train_later_step_bytes"):
+        ax.scatter([names[modes.index("train")]], [here["train_later_step_bytes"] / 2**20], marker="_", s=400,
+                   color="#1f2328", zorder=3, label="a later training step")
+        ax.legend(fontsize=7, loc="upper left")
     ax.set_ylabel("peak MiB")
     ax.set_title(f"peak memory, batch {here['batch']}")
     if timed:

@@ -215,3 +215,11 @@ def test_a_case_without_a_band_carries_its_quantity_and_says_why_there_is_no_cha
     assert "<td>unet 12 GiB</td><td>4.36\u00d7</td>" in pic and "<td>mlp 12 GiB</td><td>1.00\u00d7</td>" in pic
     assert pic.index("no chart: the article gives no figure") < pic.index("<table class='cases'>")
     assert "largest batch, no_grad / grad 4.36\u00d7" in display.details_text(_entry(doc, "C04"))
+
+
+def test_an_open_band_reads_above_its_edge_in_a_terminal():
+    entry = {"id": "C21", "verdict": "holds", "conditions": [
+        {"condition": "long sequences", "value": 0.55, "ci": None, "reading": "agrees",
+         "band": {"kind": "more than", "edges": [0.4, None], "unit": "%"}}]}
+    text = "\n".join(display.picture_text(entry))
+    assert "band: above 40" in text and "to up" not in text

@@ -305,3 +305,17 @@ def test_c19s_first_line_says_it_is_judged_on_its_second_half_only_and_its_figur
                                        "tokens"), c["condition"]
     e = claims.judge_entry({"id": "C19", "verdict": "holds", "measurements": values}, estimates.CPUDOC["meta"])
     assert e["qualifier"] == "second half only", e.get("qualifier")
+
+
+def test_c20s_figure_says_how_each_panels_dots_were_had():
+    """Its memory and batch dots are full-size estimates; off a GPU its speed dots are this machine's timings,
+    which decide nothing (a reader took them for the deciding values: report-4)."""
+    from nogradlab.claims import nb05_memory_and_speed_by_workload as nb05
+
+    ev = {"rows": [dict(workload="mlp", memory_saved=0.5, memory_band=(0.2, 0.3), speed_gain=0.05,
+                        speed_gain_ci=(0.01, 0.09), speed_band=(0.1, 0.2), batch_factor=2.0, batch_band=(2.0, 2.5))]}
+    fig = nb05._figure_c20(ev, "cpu", "tiny")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("estimated, full size" in t and "memory" in t for t in titles)
+    assert any("shown, not counted" in t and "speed" in t for t in titles)
+    assert not any("not counted" in t for t in (ax.get_title() for ax in nb05._figure_c20(ev, "cuda", "full").axes))
