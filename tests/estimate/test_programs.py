@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from nogradlab.estimate import batch, cudamodel, programs
+from test_estimate_robust import _new_traces as _traces
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(os.path.dirname(HERE), "data")
@@ -31,18 +32,6 @@ def cache(tmp_path, monkeypatch):
     batch._forget_estimates()
 
 
-def _traces(monkeypatch):
-    seen, real = [], batch._estimate
-    def counted(*a, **k):
-        seen.append(a[3])
-        return real(*a, **k)
-
-    counted.cache_clear = real.cache_clear  # largest_batch forgets its caches after your own model's search
-    monkeypatch.setattr(batch, "_estimate", counted)
-    return seen
-
-
-@pytest.mark.integration
 @pytest.mark.parametrize("workload", ["resnet50", "unet", "transformer_base", "mlp"])
 @pytest.mark.parametrize("mode", ["train", "grad", "eval+no_grad", "inference_mode"])
 def test_the_programs_trace_is_the_recorded_trace(workload, mode, cache):

@@ -3,12 +3,30 @@ real `make run` on the 2-core CPU shows them: the page reads in a minute. At 128
 four or more words is squeezed under 120 px and every claim is listed within the first 4,000 px; at 390 px
 nothing scrolls sideways, with every claim opened too. Columns of one machine on several PyTorch releases
 fold into the by-release view; each column's age and protocol are shown."""
+import contextlib
 import json
 
 import pytest
 
 from nogradlab import claims, report
 from test_report import CHROMIUM, CHROMIUM_ARGS, ROOT, fake_doc, fake_reference
+
+
+@contextlib.contextmanager
+def _opened(path, width: int = 1280, height: int = 900):
+    """A headless Chromium page at ``width`` x ``height`` on the report at ``path`` (skipped without Chromium)."""
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=1)
+            page.goto(path.resolve().as_uri())
+            yield page
+        finally:
+            browser.close()
 
 CPU = ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"
 
@@ -66,41 +84,31 @@ def test_a_columns_age_protocol_and_old_evidence_are_shown_and_their_absence_tol
 
 @pytest.mark.integration
 def test_report_reads_in_a_minute_at_1280_and_fits_a_390px_phone(stored_report):
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
-    from playwright.sync_api import sync_playwright
-
     path, _, _ = stored_report
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
-            page.goto(path.resolve().as_uri())
-            squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
-            assert squeezed == [], squeezed[:5]
-            bottoms = page.eval_on_selector_all(
-                "#verdict-table details.claim > summary",
-                "els => els.map(e => e.getBoundingClientRect().bottom + window.scrollY)")
-            assert len(bottoms) == len(claims.ids())
-            assert max(bottoms) <= 4000, f"the last claim ends at {max(bottoms):.0f} px"
-            # the article's table against this run leads, above the claims
-            lead = page.locator(".lead-chart img")
-            if lead.count():
-                assert lead.bounding_box()["y"] < page.locator("#claims").bounding_box()["y"]
+    with _opened(path, 1280, 900) as page:
+        squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
+        assert squeezed == [], squeezed[:5]
+        bottoms = page.eval_on_selector_all(
+            "#verdict-table details.claim > summary",
+            "els => els.map(e => e.getBoundingClientRect().bottom + window.scrollY)")
+        assert len(bottoms) == len(claims.ids())
+        assert max(bottoms) <= 4000, f"the last claim ends at {max(bottoms):.0f} px"
+        # the article's table against this run leads, above the claims
+        lead = page.locator(".lead-chart img")
+        if lead.count():
+            assert lead.bounding_box()["y"] < page.locator("#claims").bounding_box()["y"]
 
-            width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
-            for w in (1920, 1024, 800):  # wider and narrower desktops: nothing squeezed, nothing sideways
-                page.set_viewport_size({"width": w, "height": 900})
-                squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
-                assert page.evaluate(width) <= w and (w < 1024 or squeezed == []), (w, squeezed[:3])
-            page.set_viewport_size({"width": 390, "height": 844})
-            page.reload()
-            width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
-            assert page.evaluate(width) <= 390
-            page.eval_on_selector_all("details", "ds => ds.forEach(d => d.open = true)")
-            assert page.evaluate(width) <= 390
-        finally:
-            browser.close()
+        width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+        for w in (1920, 1024, 800):  # wider and narrower desktops: nothing squeezed, nothing sideways
+            page.set_viewport_size({"width": w, "height": 900})
+            squeezed = [c for c in page.evaluate(CELLS) if len(c["text"].split()) >= 4 and c["width"] < 120]
+            assert page.evaluate(width) <= w and (w < 1024 or squeezed == []), (w, squeezed[:3])
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.reload()
+        width = "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+        assert page.evaluate(width) <= 390
+        page.eval_on_selector_all("details", "ds => ds.forEach(d => d.open = true)")
+        assert page.evaluate(width) <= 390
 
 
 # an opened claim's words outside its folded parts: innerText skips the contents of a closed <details>
@@ -116,26 +124,16 @@ def test_an_opened_row_reads_in_120_words_with_its_picture_and_the_failing_figur
     """Each opened claim of the committed columns reads at most 120 words outside its folded record (it read
     a median of 654 and up to 3,871 when everything lay open); every claim whose conditions have figures
     against an article's band shows them as a picture; the top names the article's figures that do not hold."""
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
     import statistics
-
-    from playwright.sync_api import sync_playwright
 
     from nogradlab.claims import display
 
     path, doc, _ = stored_report
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900}, device_scale_factor=1)
-            page.goto(path.resolve().as_uri())
-            rows = page.evaluate(OPENED_WORDS)
-            top = page.locator("#failing-figures").bounding_box()["y"]
-            assert top < page.locator("#where").bounding_box()["y"]
-            failing = page.locator("#failing-figures").inner_text()
-        finally:
-            browser.close()
+    with _opened(path, 1280, 900) as page:
+        rows = page.evaluate(OPENED_WORDS)
+        top = page.locator("#failing-figures").bounding_box()["y"]
+        assert top < page.locator("#where").bounding_box()["y"]
+        failing = page.locator("#failing-figures").inner_text()
     assert len(rows) == len(claims.ids())
     words = [r["words"] for r in rows]
     assert max(words) <= 120, sorted(rows, key=lambda r: -r["words"])[:3]
@@ -169,23 +167,13 @@ LABEL_PX = """() => [...document.querySelectorAll('#verdict-table .picture svg t
 
 def test_a_pictures_text_stays_readable_on_a_390px_phone(stored_report):
     """At 390 px C18's labels were drawn about 5 px tall (the 560-wide picture squeezed to half size)."""
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is missing (make test installs Debian's chromium package)")
-    from playwright.sync_api import sync_playwright
-
     path, _, _ = stored_report
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=1)
-            page.goto(path.resolve().as_uri())
-            page.eval_on_selector_all("#verdict-table details.claim", "ds => ds.forEach(d => d.open = true)")
-            labels = page.evaluate(LABEL_PX)
-            width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
-            page.set_viewport_size({"width": 1280, "height": 900})
-            wide = page.evaluate(LABEL_PX)
-        finally:
-            browser.close()
+    with _opened(path, 390, 844) as page:
+        page.eval_on_selector_all("#verdict-table details.claim", "ds => ds.forEach(d => d.open = true)")
+        labels = page.evaluate(LABEL_PX)
+        width = page.evaluate("Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)")
+        page.set_viewport_size({"width": 1280, "height": 900})
+        wide = page.evaluate(LABEL_PX)
     assert len(labels) > 50 and width <= 390
     small = sorted(labels, key=lambda t: t["px"])[:3]
     assert small[0]["px"] >= 9.5, small
