@@ -161,7 +161,7 @@ def article_table(rows, *, device: str, scale: "str | None" = None) -> Figure:
                     if lo is not None and hi is not None:
                         err = [[max(r["measured"] - lo, 0)], [max(hi - r["measured"], 0)]]
                     ax.errorbar([r["measured"]], [y], xerr=err, fmt="o", color="#0969da",
-                                capsize=3, label="this run (each panel says how)" if y == 0 else None)
+                                capsize=3, label="this run (each panel says how it was obtained)" if y == 0 else None)
         mine = [r for r in rows if r["quantity"] == q]
         top = max([abs(r.get("ci_high") or r.get("measured") or 0) for r in mine] + [0])
         if top > 10 * max(abs(r.get("high") or 0) for r in mine):  # far off the band: keep both readable
@@ -177,7 +177,7 @@ def article_table(rows, *, device: str, scale: "str | None" = None) -> Figure:
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8)
-    fig.suptitle(_title("The article's table (grey) and this run (blue; each panel says how it was had)", device,
+    fig.suptitle(_title("The article's table (grey) and this run (blue; each panel says how it was obtained)", device,
                         scale), fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig

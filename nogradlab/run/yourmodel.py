@@ -340,8 +340,10 @@ def plot_here(here: dict):
     names = ["train (first step)" if m == "train" else m for m in modes]
     ax.bar(names, [here["peak_bytes"][m] / 2**20 for m in modes], color=colors)
     if here.get("train_later_step_bytes"):
-        ax.scatter([names[modes.index("train")]], [here["train_later_step_bytes"] / 2**20], marker="_", s=400,
+        later = here["train_later_step_bytes"] / 2**20
+        ax.scatter([names[modes.index("train")]], [later], marker="_", s=400,
                    color="#1f2328", zorder=3, label="a later training step")
+        ax.set_ylim(top=1.35 * max([later] + [here["peak_bytes"][m] / 2**20 for m in modes]))  # room for the key
         ax.legend(fontsize=7, loc="upper left")
     ax.set_ylabel("peak MiB")
     ax.set_title(f"peak memory, batch {here['batch']}")
@@ -353,7 +355,7 @@ def plot_here(here: dict):
         lo = [(t[m]["over_grad"] - t[m]["over_grad_ci"][0]) * g for m in modes]
         hi = [(t[m]["over_grad_ci"][1] - t[m]["over_grad"]) * g for m in modes]
         ax.bar(modes, med, color=colors, yerr=[[max(v, 0) for v in lo], [max(v, 0) for v in hi]], capsize=4)
-        ax.set_ylabel("ms per call (median)")
+        ax.set_ylabel("ms per call: grad's median x ratio")
         ax.set_title("time; bars: 95% CI of the ratio to grad")
     for a in axes[0]:
         a.tick_params(axis="x", labelsize=8, rotation=15)
@@ -699,12 +701,14 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
             out.append("Prefer `torch.inference_mode()` where the outputs never meet autograd again; keep "
                        "`torch.no_grad()` where they feed a training step later (targets, EMA weights).")
     if saved is not None and saved.total_bytes:
-        top = max(saved.rows, key=lambda r: r["saved_bytes"])
+        most = max(r["saved_bytes"] for r in saved.rows)
+        tops = [r["layer"] for r in saved.rows if r["saved_bytes"] == most]  # every layer that keeps the most
         types = saved.by_type()
         t0 = next(iter(types))
+        where = (f"in one layer `{tops[0]}` ({fb(most)})" if len(tops) == 1 else
+                 f"in each of {', '.join(f'`{t}`' for t in tops[:-1])} and `{tops[-1]}` ({fb(most)} each)")
         out.append(f"With grad on, one forward keeps {fb(saved.total_bytes)} for backward; the "
-                   f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it, the most in one layer "
-                   f"`{top['layer']}` ({fb(top['saved_bytes'])}).")
+                   f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it, the most {where}.")
         block = saved.best_block()
         if block is not None:
             single = (f" Checkpointing a `{t0}` alone would free little: what it saves is mostly its input, which "

@@ -48,7 +48,7 @@ def test_article_table_draws_bands_and_values():
     fig = plots.article_table(rows, device="gpu X", scale="full")
     assert len(fig.axes) == 2
     text = _texts(fig)
-    assert "gpu X, scale full" in text and "article's band" in text and "this run (each panel says how)" in text
+    assert "gpu X, scale full" in text and "article's band" in text and "this run (each panel says how it was obtained)" in text
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["resnet50", "mlp"]
     # one shaded band per row, one point per measured value
     assert len(fig.axes[0].collections) >= 2
