@@ -104,3 +104,18 @@ def test_the_recipe_says_need_weights_only_to_multihead_attention():
     text = " ".join(yourmodel.recipe(saved_by_layer(model, torch.randn(2, 16, 8)), None, None))
     assert "L x L" in text and "need_weights" not in text and "F.scaled_dot_product_attention" in text
     assert "log-sum-exp" in text and "O(L)" not in text
+
+
+def test_the_recipe_names_every_layer_that_keeps_the_most():
+    """ResNet-18's bn1 and relu keep 6.12 MiB each: the recipe named bn1 alone as 'the most in one layer'."""
+    import torch
+    from torch import nn
+
+    from nogradlab.core.saved import saved_by_layer
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.BatchNorm2d(8)).train()
+    s = saved_by_layer(model, torch.randn(2, 3, 8, 8))
+    most = max(r["saved_bytes"] for r in s.rows)
+    assert [r["layer"] for r in s.rows if r["saved_bytes"] == most] == ["1", "2"]  # two batch norms, one size
+    text = " ".join(yourmodel.recipe(s, None, None))
+    assert "the most in each of `1` and `2`" in text and "in one layer" not in text
