@@ -251,8 +251,11 @@ def picture_html(entry: dict, narrow: bool = False) -> str:
     if groups:  # one axis per unit (C20: a percentage and a factor), the legend once, under the last, for all
         last = len(groups) - 1
         every = [p for pts in groups.values() for p in pts]
+        scope = entry.get("scope") if isinstance(entry.get("scope"), dict) else {}
+        where = " on the reference machine (the line above names it)" if scope.get("basis") == "reference" else ""
         return "".join(_html.band_chart(pts, unit, title=f"{entry.get('id', '')}: the conditions against the "
-                                        "article's band", legend=every if i == last else False, narrow=n)
+                                        "article's band", legend=every if i == last else False, narrow=n,
+                                        measured_where=where)
                        for n in ((False, True) if narrow else (False,))
                        for i, (unit, pts) in enumerate(groups.items()))
     conds = _conditions(entry)

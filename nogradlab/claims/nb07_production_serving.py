@@ -180,6 +180,11 @@ def c25(ctx):
                                                        "requests in flight beside it)"}}
 
 
+def _outputs(n) -> str:
+    """``'1 output'``, ``'2 outputs'``."""
+    return f"{n} output{'' if n == 1 else 's'}"
+
+
 @C25.judges
 def judge_c25(m, rule):
     s, fmt = m["summaries"], memory.format_bytes
@@ -203,9 +208,10 @@ def judge_c25(m, rule):
             f"{sl['grad']['max_concurrent_calls']} model calls ran at once without no_grad, each keeping references to "
             f"{fmt(sl['grad']['saved_bytes_per_request'])} for backward while it ran (the input batch among them) "
             f"({fmt(sl['no_grad']['saved_bytes_per_request'])} with no_grad, {sl['no_grad']['max_concurrent_calls']} at once); at most "
-            f"{sl['grad']['max_alive_outputs']} outputs were alive at once, holding up to "
-            f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad, vs {sl['no_grad']['max_alive_outputs']} holding "
-            f"{fmt(sl['no_grad']['max_in_flight_bytes'])} with it (each output without no_grad drags its graph). ")
+            f"{_outputs(sl['grad']['max_alive_outputs'])} alive at once, holding up to "
+            f"{fmt(sl['grad']['max_in_flight_bytes'])} without no_grad (each output drags its graph), against "
+            f"{_outputs(sl['no_grad']['max_alive_outputs'])} holding {fmt(sl['no_grad']['max_in_flight_bytes'])} in all "
+            "with it. ")
     summary += (
         f"A handler that keeps its outputs grows by {fmt(grow_g)} per request with grad"
         + (f" and {fmt(grow_ng)} under no_grad" if grow_ng is not None else "") + (f" over {n} requests" if n else "")

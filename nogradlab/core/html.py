@@ -202,11 +202,12 @@ def _label_lines(label: str, chars: int = _LABEL_CHARS) -> list:
     return lines
 
 
-def legend_text(points) -> str:
+def legend_text(points, measured_where: str = "") -> str:
     """The words under a picture of ``points``: the band, the marks drawn (a dot, a diamond, a hollow
-    mark: each named only when one is drawn) and the colours of the counted readings drawn."""
+    mark: each named only when one is drawn) and the colours of the counted readings drawn.
+    ``measured_where``: where the dots were measured, when not by this run (``' on the reference machine'``)."""
     pts = list(points)
-    kinds = [k for k, seen in (("dot: measured", any(not p.estimated for p in pts)),
+    kinds = [k for k, seen in ((f"dot: measured{measured_where}", any(not p.estimated for p in pts)),
                                ("diamond: estimated", any(p.estimated for p in pts)),
                                ("hollow: shown, not counted", any(not p.counted for p in pts))) if seen]
     seen = [w for w in ("agrees", "disagrees", "unresolved") if any(p.reading == w and p.counted for p in pts)]
@@ -292,7 +293,8 @@ def _row_marks(p, ls, y: float, row_top: float, left: float, sx, unit, narrow: b
     return out
 
 
-def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, narrow: bool = False) -> str:
+def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, narrow: bool = False,
+               measured_where: str = "") -> str:
     """The band-and-dot picture as inline SVG: one row per condition, the article's band shaded behind
     it, the value a dot with its interval as a line; agreeing dots green, disagreeing red, unresolved grey;
     a measured value a circle, an estimated one a diamond; a condition shown and not counted a hollow mark
@@ -315,7 +317,7 @@ def band_chart(points, unit: "str | None" = None, title: str = "", legend=True, 
     rows_h = [(_ROW + _LINE * len(ls)) if narrow else (_ROW + _LINE * (len(ls) - 1)) for ls in labels]
     body = sum(rows_h)
     # the legend's words in lines the picture's width holds (a long legend was cut at the right edge)
-    words = [] if legend is False else textwrap.wrap(legend_text(pts if legend is True else legend),
+    words = [] if legend is False else textwrap.wrap(legend_text(pts if legend is True else legend, measured_where),
                                                      _NLEGEND_CHARS if narrow else _LEGEND_CHARS)
     h = _TOP + body + 24 + (20 + 14 * (len(words) - 1) if words else 0)
     out = [f"<svg class='band-chart {'narrow' if narrow else 'wide'}' role='img' viewBox='0 0 {W} {h}' "

@@ -219,7 +219,7 @@ class ModesResult(_Shown):
             parts.append(f"memory {'estimated with fake tensors' if self.memory_source == 'estimate' else 'measured'}")
         if self.comparison is not None:
             c = self.comparison
-            parts.append(f"time: {c.rounds} interleaved rounds, {c.threads} threads, "
+            parts.append(f"time: {c.rounds} interleaved rounds, {c.threads} thread{'' if c.threads == 1 else 's'}, "
                          f"speedup vs {c.baseline!r}")
         return "; ".join(parts)
 

@@ -705,10 +705,11 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
         tops = [r["layer"] for r in saved.rows if r["saved_bytes"] == most]  # every layer that keeps the most
         types = saved.by_type()
         t0 = next(iter(types))
-        where = (f"in one layer `{tops[0]}` ({fb(most)})" if len(tops) == 1 else
-                 f"in each of {', '.join(f'`{t}`' for t in tops[:-1])} and `{tops[-1]}` ({fb(most)} each)")
+        where = (f"the most in one layer is `{tops[0]}` ({fb(most)})" if len(tops) == 1 else
+                 f"the layers that keep the most are {', '.join(f'`{t}`' for t in tops[:-1])} and `{tops[-1]}` "
+                 f"({fb(most)} each)")
         out.append(f"With grad on, one forward keeps {fb(saved.total_bytes)} for backward; the "
-                   f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it, the most {where}.")
+                   f"`{t0}` layers keep {_format.percent(types[t0] / saved.total_bytes, 0)} of it; {where}.")
         block = saved.best_block()
         if block is not None:
             single = (f" Checkpointing a `{t0}` alone would free little: what it saves is mostly its input, which "

@@ -223,3 +223,18 @@ def test_an_open_band_reads_above_its_edge_in_a_terminal():
          "band": {"kind": "more than", "edges": [0.4, None], "unit": "%"}}]}
     text = "\n".join(display.picture_text(entry))
     assert "band: above 40" in text and "to up" not in text
+
+
+def test_a_picture_decided_by_a_reference_column_says_where_its_dots_were_measured():
+    """C03's dots on a CPU run are the reference GPU's timings: the legend said 'dot: measured' under a hand
+    cell that had just timed this machine (a learner's sixth read)."""
+    doc = report.rejudged(report.load_doc(ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"))
+    c03 = next(c for c in doc["claims"] if c["id"] == "C03")
+    assert c03["scope"]["basis"] == "reference"
+    assert "dot: measured on the reference machine" in display.picture_html(c03)
+
+
+def test_c25_counts_its_outputs_in_words_that_agree():
+    from nogradlab.claims.nb07_production_serving import _outputs
+
+    assert (_outputs(1), _outputs(2)) == ("1 output", "2 outputs")

@@ -118,4 +118,4 @@ def test_the_recipe_names_every_layer_that_keeps_the_most():
     most = max(r["saved_bytes"] for r in s.rows)
     assert [r["layer"] for r in s.rows if r["saved_bytes"] == most] == ["1", "2"]  # two batch norms, one size
     text = " ".join(yourmodel.recipe(s, None, None))
-    assert "the most in each of `1` and `2`" in text and "in one layer" not in text
+    assert "the layers that keep the most are `1` and `2`" in text and "in one layer" not in text
