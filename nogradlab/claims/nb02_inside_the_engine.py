@@ -131,7 +131,8 @@ def judge_c10(m, rule):
                f"release notes ({RELEASE_NOTES}) deprecate the volatile flag in favour of torch.no_grad() and "
                f"torch.set_grad_enabled(); they name no detach/clone workaround that no_grad replaced. "
                f"Today's torch {m['torch']}, shown, not deciding: "
-               f"Variable(x, volatile=True) returns a plain {v['type']}, warns ({len(messages)} warning(s)) and has "
+               f"Variable(x, volatile=True) returns a plain {v['type']}, warns (building it and reading its "
+               f".volatile: {' / '.join(messages) or 'no warning'}) and has "
                + ("no effect" if volatile_ignored else "an effect")
                + f" (x * volatile_v has grad_fn {y['grad_fn']}), "
                + ("consistent with the sources." if today else "not as the sources describe (a later release "

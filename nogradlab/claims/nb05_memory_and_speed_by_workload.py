@@ -251,7 +251,8 @@ def _grows(rows) -> bool:
 
 
 C19 = declare(
-    "C19", section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
+    "C19", case_quantity=("rise of the share saved", "points"),
+    section='5', kind='numeric', notebook=NOTEBOOK, basis="estimate",
     estimates_at="full",  # its article-sized models are estimated at full size
     tiny_cpu_threads=1,  # its check times or traces models: one thread in a tiny CPU run
     paraphrase='for transformers the saving is a little smaller when counted per token, but it builds up as sequences get longer',

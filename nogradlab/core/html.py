@@ -75,7 +75,8 @@ def table(header, rows, cls: str = "", escape: bool = True) -> str:
 
 def value(v, unit: "str | None" = None) -> str:
     """A measured figure in its band's unit: ``'x'`` a factor (``'1.15×'``), ``'%'`` a fraction as a
-    percentage (``'23%'``, one decimal under 10 %), else a plain number (:func:`nogradlab.core.format.number`).
+    percentage (``'23%'``, one decimal under 10 %), ``'points'`` a change of a share in percentage points
+    (``'+23 points'``), else a plain number (:func:`nogradlab.core.format.number`).
     A summary, a table and a picture all call this, so one figure reads one way."""
     if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
         return _format.number(v)
@@ -83,6 +84,8 @@ def value(v, unit: "str | None" = None) -> str:
         return _format.ratio(v)
     if unit == "%":
         return _format.percent(v, 1 if 0 < abs(v) < 0.1 else 0)
+    if unit == "points":  # a change of a share, in percentage points (0.229: '+23 points')
+        return f"{100 * v:+.0f} points"
     return _format.number(v)
 
 

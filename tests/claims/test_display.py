@@ -238,3 +238,12 @@ def test_c25_counts_its_outputs_in_words_that_agree():
     from nogradlab.claims.nb07_production_serving import _outputs
 
     assert (_outputs(1), _outputs(2)) == ("1 output", "2 outputs")
+
+
+def test_c19s_case_figure_says_points_and_c10_names_its_warnings():
+    doc = report.rejudged(report.load_doc(ROOT / "results" / "cpu-amd-epyc-2-threads" / "claims.json"))
+    c19 = next(c for c in doc["claims"] if c["id"] == "C19")
+    assert "rise of the share saved +23 points agrees" in "\n".join(display.picture_text(c19))
+    c10 = claims.check("C10", device="cpu", scale="tiny")
+    assert "reading its .volatile: UserWarning: volatile was removed" in c10.summary
+    assert "warning(s)" not in c10.summary

@@ -128,3 +128,7 @@ def test_a_label_too_long_for_two_lines_keeps_the_first_of_its_parenthesis():
     assert html._label_lines(label) == ["resnet50 speed (X05's spread …)"]
     svg = html.band_chart([html.Point(label, 0.31, 0.18, 0.40, "unresolved", (0.25, 0.30))], "%")
     assert "same column: X05 +15%" in svg  # whole in the tooltip
+
+
+def test_a_change_of_a_share_reads_in_points():
+    assert html.value(0.229, "points") == "+23 points" and html.value(-0.05, "points") == "-5 points"
