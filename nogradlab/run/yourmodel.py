@@ -38,6 +38,8 @@ from nogradlab.core import format as _format
 from nogradlab.estimate import cli as estimate_cmd
 from nogradlab.core import memory as _memory
 from nogradlab.core import ownmodel
+from nogradlab.core import timing as _timing
+from nogradlab.estimate import sweep as _sweep
 from nogradlab.core.saved import SavedByLayer, saved_by_layer
 from nogradlab.core.session import frozen_gc
 from nogradlab.estimate import fake as _fake
@@ -241,26 +243,11 @@ def _time_modes(own, base, x, dev, b: int, scale: str, seed: int) -> dict:
                   for m, t in cmp.timings.items()}}
 
 
-def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *, time_it: bool = True) -> dict:
-    """On ``device``, at the batch of ``scale`` (:func:`here_batch`): each mode's peak memory (weights,
-    inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
-    model, ours: the three forwards first, then the training step with a fresh optimizer, whose first step
-    is ``peak_bytes["train"]``, and a second step that holds the momentum buffers through backward,
-    ``train_later_step_bytes``) and, with
-    ``time_it``, each mode's time per call by ``nogradlab.timing.compare`` with the claim checks' knobs
-    (interleaved rounds; the ratio to the grad forward with its paired signed-rank 95 % interval; the timed
-    training step uses SGD without momentum). Returns a JSON-ready dict (the document's ``here``)."""
-    _memory.release()  # what earlier cells freed, back to the system before the largest steps run
-    dev = _device.resolve(device)
-    b = here_batch(scale)
-    own = spec.own()
-    base = spec.build(dev, seed)
-    x = spec.sample(b, dev, seed)
-    tensors = ownmodel.model_tensors(x)
-    peaks, method = {}, None
+def _peaks_by_mode(own, base, x, tensors, dev, b) -> tuple:
+    """``({mode: peak bytes}, the probe's method, a later training step's peak)`` of :func:`measure_here`: the
+    three forwards, then a training step with a fresh optimizer and a second one that holds its momentum."""
+    peaks, method, later = {}, None, None
     cuda = dev.type == "cuda"
-    # one copy of the weights, ours: the forward modes change nothing in it, the training step (last) steps it
-    later = None
     for mode in ("grad", "no_grad", "inference_mode", "train"):
         model = base
         opt = _memory._OPTIMIZERS["sgd"](model.parameters()) if mode == "train" else None  # kept for a 2nd step
@@ -287,6 +274,31 @@ def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *
             del state, opt
         del model, fn, rep, extra
         _memory.release()  # freed tensors back to the system: a 1-2 GB Binder machine runs this too
+    return peaks, method, later
+
+
+def measure_here(spec: Spec, device="cpu", scale: str = "tiny", seed: int = 0, *, time_it: bool = True) -> dict:
+    """On ``device``, at the batch of ``scale`` (:func:`here_batch`): each mode's peak memory (weights,
+    inputs and the step's own peak; live storages off CUDA, the caching allocator on CUDA; one copy of the
+    model, ours: the three forwards first, then the training step with a fresh optimizer, whose first step
+    is ``peak_bytes["train"]``, and a second step that holds the momentum buffers through backward,
+    ``train_later_step_bytes``) and, with
+    ``time_it``, each mode's time per call by ``nogradlab.timing.compare`` with the claim checks' knobs
+    (interleaved rounds; the ratio to the grad forward with its paired signed-rank 95 % interval; the timed
+    training step uses SGD without momentum). Returns a JSON-ready dict (the document's ``here``)."""
+    _memory.release()  # what earlier cells freed, back to the system before the largest steps run
+    dev = _device.resolve(device)
+    b = here_batch(scale)
+    own = spec.own()
+    base = spec.build(dev, seed)
+    x = spec.sample(b, dev, seed)
+    tensors = ownmodel.model_tensors(x)
+    cuda = dev.type == "cuda"
+    # one copy of the weights, ours: the forward modes change nothing in it, the training step (last) steps it.
+    # On a CPU with the timings' thread count (bytes do not depend on it): beside a busy neighbour on a 2-core
+    # machine a second OpenMP thread waits for the core it holds, and these steps took 0.6-4 s each, not 0.1-0.4 s
+    with _sweep._torch_threads(None if dev.type != "cpu" else _timing.threads_here()[0]):
+        peaks, method, later = _peaks_by_mode(own, base, x, tensors, dev, b)
     peaks = {m: peaks[m] for m in MODES}  # in the table's order
     info = _device.describe(dev)
     here = {"device": str(dev), "hardware": _device.label(info), "torch": torch.__version__, "scale": scale,

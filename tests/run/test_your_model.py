@@ -148,6 +148,26 @@ def test_measure_here_peaks_by_mode():
     assert "timing" not in here and here["device"] == "cpu"
 
 
+def test_measure_heres_memory_steps_run_on_the_timings_thread_count_and_restore_torchs(monkeypatch):
+    """Beside a busy neighbour on a 2-core machine its memory steps ran on torch's two OpenMP threads, one of
+    which waited for the neighbour's core: 0.6-4 s a step instead of 0.1-0.4 s (notebook 10's cell, 16 s)."""
+    import torch
+
+    from nogradlab.core import memory, timing
+
+    seen, real = [], memory.measure
+    monkeypatch.setattr(memory, "measure", lambda *a, **k: seen.append(torch.get_num_threads()) or real(*a, **k))
+    monkeypatch.setattr(timing, "threads_here", lambda **k: (1, "one thread, as the test asks"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        spec = yourmodel.check("yourmodel_factories:two_inputs", "3x16x16,8")
+        yourmodel.measure_here(spec, "cpu", "tiny", 0, time_it=False)
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.integration
 def test_measure_here_times_each_mode_with_an_interval_around_its_ratio():
     spec = yourmodel.check("yourmodel_factories:explicit_attention", "10x16")
