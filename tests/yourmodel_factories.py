@@ -85,3 +85,13 @@ class NoFake(nn.Module):
 
 def no_fake():
     return NoFake()
+
+
+def attention_not_in_a_second_process():
+    """explicit_attention's model, except in ``nogradlab estimate``'s second process, which it fails (a
+    test of the first process estimating the training step itself after all)."""
+    import os
+
+    if os.environ.get("NOGRADLAB_ESTIMATE_HELPER"):
+        raise RuntimeError("refused in the second process (a test)")
+    return explicit_attention()

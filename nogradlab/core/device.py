@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import os
 import platform
 import re
 import warnings
 
 import torch
+
+from nogradlab.core.resources import _cgroup_quotas, _quota, _read, cpu_budget  # noqa: F401 - kept here too
 
 __all__ = ["ALLOWED", "resolve", "describe", "synchronize", "is_cuda", "total_memory",
            "cpu_budget", "limit_threads", "rng_preserved", "leaves_rng_alone", "check_seed", "SEED_RANGE"]
@@ -111,77 +112,6 @@ def total_memory(device) -> "int | None":
     if device.type == "cpu":
         return _cpu_memory()
     return None
-
-
-def _read(path) -> "str | None":
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _quota(text_quota, text_period) -> "float | None":
-    """CPUs allowed by a CFS quota over a period (None: no quota)."""
-    try:
-        quota, period = float(text_quota), float(text_period)
-    except (TypeError, ValueError):
-        return None
-    if quota <= 0 or period <= 0:  # v1 writes -1 for "no limit"
-        return None
-    return quota / period
-
-
-def _cgroup_quotas(root: str, proc_cgroup: str) -> list:
-    """The CPU quotas (in CPUs) of this process's cgroup and its ancestors, v2 and v1."""
-    lines = (_read(proc_cgroup) or "").splitlines()
-    found = []
-    for line in lines:
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        path = path.strip("/")
-        # the process's own cgroup, then each parent up to the mount's root (a container usually
-        # sees its own cgroup as the root)
-        rel = [path] if path else []
-        while rel and "/" in rel[-1]:
-            rel.append(rel[-1].rsplit("/", 1)[0])
-        rel.append("")
-        if controllers == "":  # cgroup v2: one unified hierarchy, cpu.max = "QUOTA PERIOD"
-            for r in rel:
-                text = _read(os.path.join(root, r, "cpu.max"))
-                if text:
-                    q, _, per = text.partition(" ")
-                    found.append(_quota(None if q == "max" else q, per or "100000"))
-        elif "cpu" in controllers.split(","):  # cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us
-            for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-                for r in rel:
-                    base = os.path.join(root, mount, r)
-                    found.append(_quota(_read(os.path.join(base, "cpu.cfs_quota_us")),
-                                        _read(os.path.join(base, "cpu.cfs_period_us"))))
-    return [q for q in found if q is not None]
-
-
-def cpu_budget(*, affinity=None, cgroup_root: str = "/sys/fs/cgroup",
-               proc_cgroup: str = "/proc/self/cgroup") -> int:
-    """How many CPUs this process may really use: the CPUs it may be scheduled on
-    (``os.sched_getaffinity``) capped by its cgroup's CPU quota (v2 ``cpu.max``, v1
-    ``cpu.cfs_quota_us / cpu.cfs_period_us``, the process's cgroup and its parents), rounded up;
-    at least 1. A container given 2 CPUs on a 64-core host (Binder, Docker ``--cpus 2``) answers 2,
-    where ``os.cpu_count()`` and torch's default thread pool see 64.
-
-    ``affinity`` (a set of CPU ids), ``cgroup_root`` and ``proc_cgroup`` are for tests."""
-    if affinity is None:
-        try:
-            affinity = os.sched_getaffinity(0)
-        except (AttributeError, OSError):  # macOS, Windows
-            affinity = range(os.cpu_count() or 1)
-    n = max(1, len(affinity))
-    quotas = _cgroup_quotas(cgroup_root, proc_cgroup)
-    if quotas:
-        n = min(n, max(1, math.ceil(min(quotas) - 1e-9)))
-    return n
 
 
 def limit_threads() -> int:

@@ -206,10 +206,11 @@ def _structure(own, req):
 
 
 def estimate_modes(own, modes, budget: int, *, trainable: bool = True, allocator: str = "native",
-                   batch: int = 1, max_batch: int = 65536, bar=None) -> tuple:
+                   batch: int = 1, max_batch: int = 65536, bar=None, notes_by_mode: "dict | None" = None) -> tuple:
     """The command's per-mode loop, shared with notebook 10 (:mod:`nogradlab.yourmodel`): per mode the
     estimate at ``batch`` and the largest batch under ``budget`` bytes. Returns ``(modes, notes, skipped,
-    not_applicable)``; a mode that fails is skipped with its reason, the others kept."""
+    not_applicable)``; a mode that fails is skipped with its reason, the others kept. ``notes_by_mode``,
+    when given, gets each mode's notes (those the earlier modes had not given) for :func:`merge_notes`."""
     from nogradlab.estimate import onednn
     from nogradlab.estimate.fake import InputMismatch
 
@@ -251,18 +252,29 @@ def estimate_modes(own, modes, budget: int, *, trainable: bool = True, allocator
                   # memory the figures lack, by operator (an LSTM's workspace on a CUDA device...): the table says it
                   "missed": [dict(x) for x in r.missed]}
         # the search's last trial repeats the notes at another batch; those that carry its sizes are left out
-        notes.extend(n for n in r.notes + [n for n in b.notes if not n.startswith(onednn.NOTE_PREFIX)]
-                     if n not in notes and not n.startswith("reserved bytes") and not n.startswith(_batch.SEARCH_NOTE))
+        mine = [n for n in dict.fromkeys(r.notes + [n for n in b.notes if not n.startswith(onednn.NOTE_PREFIX)])
+                if n not in notes and not n.startswith("reserved bytes") and not n.startswith(_batch.SEARCH_NOTE)]
+        notes.extend(mine)
+        if notes_by_mode is not None:
+            notes_by_mode[m] = mine
     return out, notes, skipped, not_applicable
 
 
-def run(req: Request, progress: bool = True, command: str = "") -> dict:
+def merge_notes(modes, notes_by_mode: dict) -> list:
+    """The notes of modes estimated apart (two processes), in the order one process gives them: each mode's
+    in ``modes``' order, a note given once."""
+    return list(dict.fromkeys(n for m in modes for n in notes_by_mode.get(m, ())))
+
+
+def run(req: Request, progress: bool = True, command: str = "", helper=None) -> dict:
     """Per mode: the estimate at ``req.batch`` and the largest batch under the budget.
 
     A mode that cannot be estimated does not lose the others: it is listed under ``skipped`` (mode ->
     reason) and left out of ``modes``; ``not_applicable`` marks those that do not apply to the model (a
     training step of a model without a parameter that requires grad). Raises :class:`ModelError` when
-    the model cannot be built at all, or when no mode could be estimated (the first mode's reason)."""
+    the model cannot be built at all, or when no mode could be estimated (the first mode's reason).
+    ``helper``: a :class:`nogradlab.estimate.split.Helper` estimating the training step in a second
+    process (its document merged here; estimated here after all where it wrote none)."""
     from nogradlab.estimate import cudamodel
 
     what = req.build.module if isinstance(req.build, _ModuleBuilder) else req.build
@@ -277,9 +289,7 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
 
         bar = tqdm(total=2 * len(req.modes), desc=own.name, unit="step", file=sys.stderr)
     try:
-        out, notes, skipped, not_applicable = estimate_modes(own, req.modes, req.budget, trainable=trainable,
-                                                             allocator=req.allocator, batch=req.batch,
-                                                             max_batch=req.max_batch, bar=bar)
+        out, notes, skipped, not_applicable = _modes_here_and_there(own, req, trainable, bar, helper)
     finally:
         if bar is not None:
             bar.close()
@@ -303,6 +313,32 @@ def run(req: Request, progress: bool = True, command: str = "") -> dict:
         doc["skipped"] = skipped
         doc["not_applicable"] = not_applicable
     return doc
+
+
+def _modes_here_and_there(own, req: Request, trainable: bool, bar, helper) -> tuple:
+    """:func:`estimate_modes` of ``req.modes``, the helper's mode (if any) taken from the second process:
+    ``(modes, notes, skipped, not_applicable)`` in ``req.modes``' order, as one process gives them."""
+    kw = dict(trainable=trainable, allocator=req.allocator, batch=req.batch, max_batch=req.max_batch, bar=bar)
+    there = helper.mode if helper is not None and helper.mode in req.modes else None
+    by_mode = {}
+    out, _, skipped, not_applicable = estimate_modes(own, [m for m in req.modes if m != there], req.budget,
+                                                     notes_by_mode=by_mode, **kw)
+    if there is None:
+        return out, merge_notes(req.modes, by_mode), skipped, not_applicable
+    if bar is not None:
+        bar.set_postfix_str(f"{there}: in a second process")
+    doc = helper.result()
+    if doc is None:  # it wrote none (it failed, or was stopped): estimated here, as on one process
+        o2, _, s2, na2 = estimate_modes(own, [there], req.budget, notes_by_mode=by_mode, **kw)
+    else:
+        o2, s2, na2 = doc["modes"], doc.get("skipped", {}), doc.get("not_applicable", [])
+        by_mode[there] = list(doc.get("notes", []))
+        if bar is not None:
+            bar.update(2)
+    out, skipped = {**out, **o2}, {**skipped, **s2}
+    return ({m: out[m] for m in req.modes if m in out}, merge_notes(req.modes, by_mode),
+            {m: skipped[m] for m in req.modes if m in skipped},
+            [m for m in req.modes if m in set(not_applicable) | set(na2)])
 
 
 def failed(doc: dict) -> bool:
