@@ -25,7 +25,10 @@ Budgets (issue 38, on the 2-core EPYC, quiet): a notebook <= 30 s and no cell ov
 <= 120 s, claims <= 30 s, run <= 150 s, a new budget in 02's widget <= 2 s, an unseen model's estimate
 <= 10 s, make unit <= 60 s; every kernel's peak RSS <= 1.0 GB and notebook 10's anonymous peak <= 0.64 GB.
 --neighbour runs one busy neighbour process (a pure-Python loop on one core) the whole time: each figure
-at most twice its quiet one. `--table QUIET.json BUSY.json` prints both columns beside the budgets.
+at most twice its quiet one. `--bursty N` runs N neighbours that work as other users do instead (single-threaded
+torch work in bursts of 20 ms to 1 s, pauses of 10-500 ms: benchmarks/coverage.py's, 6 of them load a 2-core
+machine to about twice its cores): printed, no budget. `--table QUIET.json BUSY.json [BURSTY.json]` prints the
+columns beside the budgets.
 
 Allocation programs and memory rows are kept between runs (nogradlab.estimate.programs): the benchmark
 uses a cache folder of its own, empty at the start (a learner's first session: the notebooks, claims and
@@ -34,9 +37,9 @@ They are printed, never asserted in a test: machines differ by 2-3x in speed. --
 figure (with the machine it ran on) for results/.
 
     python benchmarks/session.py [--notebooks 01,05] [--no-claims] [--make-run] [--fresh-clone]
-                                [--widget] [--estimate] [--unit] [--neighbour] [--cache DIR]
+                                [--widget] [--estimate] [--unit] [--neighbour | --bursty N] [--cache DIR]
                                 [--memory-limit 1e9 [--warm-cache]] [--json FILE]
-    python benchmarks/session.py --table QUIET.json BUSY.json
+    python benchmarks/session.py --table QUIET.json BUSY.json [BURSTY.json]
 """
 from __future__ import annotations
 
@@ -291,6 +294,17 @@ class Neighbour:
         self.proc.wait()
 
 
+def bursty(count: int):
+    """``count`` neighbours doing bursts of torch work (benchmarks/coverage.py's, loaded by path: the name
+    ``coverage`` is also coverage.py's package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nogradlab_bench_coverage", ROOT / "benchmarks" / "coverage.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.bursty_neighbours(count, 3 * 3600)
+
+
 def figures(d: dict) -> dict:
     """The budgeted figures of one --json file: name -> (value, budget)."""
     out = {}
@@ -315,23 +329,30 @@ def figures(d: dict) -> dict:
     return out
 
 
-def table(quiet_path: str, busy_path: str) -> str:
+def table(quiet_path: str, busy_path: str, bursty_path: "str | None" = None) -> str:
     """Markdown: each budgeted figure quiet and beside one busy neighbour, with the budget and whether the
-    busy figure stays within twice the quiet one."""
+    busy figure stays within twice the quiet one; beside bursty neighbours too, when given (no budget)."""
     q, b = (json.loads(Path(p).read_text()) for p in (quiet_path, busy_path))
-    fq, fb = figures(q), figures(b)
+    r = json.loads(Path(bursty_path).read_text()) if bursty_path else None
+    fq, fb, fr = figures(q), figures(b), figures(r) if r else {}
+
     def load(d):
         start, end = d["machine"]["load_avg_at_start"][0], (d.get("load_avg_at_end") or [None])[0]
         return f"load {start:.1f}" + (f" at the start, {end:.1f} at the end" if end is not None else "")
 
-    lines = [f"| figure | budget | quiet ({load(q)}) | beside one busy neighbour ({load(b)}) | busy / quiet |",
-             "|---|---|---|---|---|"]
+    extra = f" beside {r.get('bursty', '?')} bursty torch neighbours ({load(r)}) | x quiet |" if r else ""
+    lines = [f"| figure | budget | quiet ({load(q)}) | beside one busy neighbour ({load(b)}) | busy / quiet |" + extra,
+             "|---|---|---|---|---|" + ("---|---|" if r else "")]
     for name, (v, budget) in fq.items():
         w = fb.get(name, (None,))[0]
         unit = "" if "GB" in name else " s"
         ratio = f"{w / v:.2f}x {'ok' if w <= NEIGHBOUR_FACTOR * v else 'OVER'}" if w is not None and v else "-"
-        lines.append(f"| {name} | {budget:g}{unit} | {v:.2f}{unit} {'ok' if v <= budget else 'OVER'} | "
-                     + (f"{w:.2f}{unit}" if w is not None else "-") + f" | {ratio} |")
+        line = (f"| {name} | {budget:g}{unit} | {v:.2f}{unit} {'ok' if v <= budget else 'OVER'} | "
+                + (f"{w:.2f}{unit}" if w is not None else "-") + f" | {ratio} |")
+        if r:
+            z = fr.get(name, (None,))[0]
+            line += (f" {z:.2f}{unit} | {z / v:.2f}x |" if z is not None and v else " - | - |")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -353,10 +374,13 @@ def main(argv=None) -> int:
     ap.add_argument("--estimate", action="store_true", help="also time `nogradlab estimate` of an unseen model")
     ap.add_argument("--unit", action="store_true", help="also time make unit's tests")
     ap.add_argument("--neighbour", action="store_true", help="one busy neighbour process the whole time")
+    ap.add_argument("--bursty", type=int, default=0, metavar="N",
+                    help="N neighbours doing bursts of torch work the whole time (6: a load of about 4 on 2 cores)")
     ap.add_argument("--cache", default=None, metavar="DIR",
                     help="the folder programs are kept in (default: a new, empty one: a first session)")
-    ap.add_argument("--table", nargs=2, default=None, metavar=("QUIET", "BUSY"),
-                    help="print the figures of two --json files side by side, beside the budgets")
+    ap.add_argument("--table", nargs="+", default=None, metavar="FILE",
+                    help="QUIET.json BUSY.json [BURSTY.json]: the figures of --json files side by side, beside the "
+                         "budgets")
     ap.add_argument("--json", default=None, metavar="FILE")
     args = ap.parse_args(argv)
     if args.memory_limit is not None:  # a bad value is refused now, not after minutes of notebooks
@@ -369,13 +393,24 @@ def main(argv=None) -> int:
         except MemoryLimitUnavailable:
             pass  # said in its section; the other figures still come
     if args.table:
+        if len(args.table) not in (2, 3):
+            print(f"error: --table takes QUIET.json BUSY.json [BURSTY.json], got {len(args.table)} file(s)",
+                  file=sys.stderr)
+            return 2
         print(table(*args.table))
         return 0
     import contextlib
 
     cache = args.cache or tempfile.mkdtemp(prefix="nogradlab-bench-cache-")
     os.environ["NOGRADLAB_CACHE_DIR"] = cache  # the kernels, claims and run inherit it
-    with Neighbour() if args.neighbour else contextlib.nullcontext():
+    if args.neighbour and args.bursty:
+        ap_error = "--neighbour and --bursty are two different columns: give one"
+        print(f"error: {ap_error}", file=sys.stderr)
+        return 2
+    if args.bursty < 0:
+        print(f"error: --bursty must be 0 or more, got {args.bursty}", file=sys.stderr)
+        return 2
+    with Neighbour() if args.neighbour else bursty(args.bursty) if args.bursty else contextlib.nullcontext():
         return _main(args, cache)
 
 
@@ -383,7 +418,7 @@ def _main(args, cache) -> int:
     m = machine()
     print(f"machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, torch {m['torch']}, "
           f"load average at start {m['load_avg_at_start']}")
-    out = {"machine": m, "budgets": BUDGETS, "neighbour": bool(args.neighbour), "cache": cache,
+    out = {"machine": m, "budgets": BUDGETS, "neighbour": bool(args.neighbour), "bursty": args.bursty, "cache": cache,
            "cache_was_empty": not any(Path(cache).glob("programs/*.json"))}
     if not args.no_notebooks:
         floor = import_floor()
