@@ -29,14 +29,17 @@ class SavedByLayer:
     tensors: int
     rows: list  # [{"layer", "type", "saved_bytes", "tensors", "largest"}] in the order the layers ran
     attention: list = field(default_factory=list)  # [{"layer", "type", "saves_LxL", "shapes"}]
-    #: [{"block", "type", "saved_bytes", "input_bytes", "frees"}]: every module with submodules (the model
-    #: itself left out), what the layers inside it save, the bytes of its inputs, and ``frees``, what
-    #: recomputing it in backward (``torch.utils.checkpoint.checkpoint``, which keeps the block's inputs)
-    #: would free: its saved bytes less its inputs', largest first
+    #: [{"block", "type", "saved_bytes", "input_bytes", "after_bytes", "frees"}]: every module with submodules
+    #: (the model itself left out), what the layers inside it save, the bytes of its inputs, what the layers
+    #: after it save, and ``frees``, what recomputing it in backward (``torch.utils.checkpoint.checkpoint``,
+    #: which keeps the block's inputs) would take off a training step's peak: the peak falls by what the block
+    #: saves, less its inputs, until backward recomputes it, and then everything saved before it is still
+    #: held; so the block frees the lesser of its own saved bytes and those saved after it, less its inputs
+    #: (a block that is nearly the whole model frees nothing). Largest first.
     blocks: list = field(default_factory=list)
 
     def best_block(self) -> "dict | None":
-        """The block whose recomputation frees the most, or None where none frees anything."""
+        """The block whose recomputation takes the most off the peak, or None where none frees anything."""
         return next((b for b in self.blocks if b["frees"] > 0), None)
 
     def frame(self, top: int = 12):
@@ -107,6 +110,7 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
             n = st.nbytes()
             total[0] += n
             total[1] += 1
+            order.append(n)
             rec = per.setdefault(None if cur is None else id(cur), [0, 0, (), 0])
             rec[0] += n
             rec[1] += 1
@@ -118,6 +122,8 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
         return t
 
     in_bytes: dict = {}  # id(module) -> bytes of the distinct storages of its first call's tensor inputs
+    order: list = []  # the bytes of each distinct storage saved, in the order they were first saved
+    ended: dict = {}  # id(module) -> len(order) when its first call returned
 
     def pre(module, args):  # (global forward pre-hooks see the positional arguments only)
         if id(module) not in in_bytes:
@@ -127,20 +133,25 @@ def saved_by_layer(model: nn.Module, inputs) -> SavedByLayer:
         if _is_attention(module):
             in_shapes.setdefault(id(module), set()).update(tuple(t.shape) for t in ownmodel.model_tensors(args))
 
+    def post(module, args, output):
+        ended.setdefault(id(module), len(order))
+
     from torch.nn.modules import module as _m
 
-    hook = _m.register_module_forward_pre_hook(pre)
+    hooks = [_m.register_module_forward_pre_hook(pre), _m.register_module_forward_hook(post)]
     try:
         with mods, torch.autograd.graph.saved_tensors_hooks(pack, unpack), torch.enable_grad():
             out = ownmodel.forward(model, inputs)
     finally:
-        hook.remove()
+        for h in hooks:
+            h.remove()
     del out
     _memory.release()
     names = mods.names()
     rows = _layer_rows(mods, names, per)
     attention = _attention_rows(mods, names, shapes, in_shapes)
-    blocks = _block_rows(model, mods, names, per, in_bytes)
+    after = {i: sum(order[k:]) for i, k in ended.items()}
+    blocks = _block_rows(model, mods, names, per, in_bytes, after)
     return SavedByLayer(total_bytes=total[0], tensors=total[1], rows=rows, attention=attention, blocks=blocks)
 
 
@@ -181,17 +192,20 @@ def _attention_rows(mods, names: dict, shapes: dict, in_shapes: dict) -> list:
     return attention
 
 
-def _block_rows(model: nn.Module, mods, names: dict, per: dict, in_bytes: dict) -> list:
+def _block_rows(model: nn.Module, mods, names: dict, per: dict, in_bytes: dict, after: dict) -> list:
     """Each named block (a module with children, not the model): what it and its children saved, its input's
-    bytes and the difference (``frees``), largest first."""
+    bytes, what was saved after it, and what recomputing it would take off the peak (``frees``, see
+    :attr:`SavedByLayer.blocks`), largest first."""
     blocks = []
     for i, m in mods.seen.items():
         kids = [c for c in m.modules() if c is not m]
         if not kids or m is model or i not in names:
             continue
         inside = per.get(i, (0,))[0] + sum(per.get(id(c), (0,))[0] for c in kids)
+        later = after.get(i, 0)
         blocks.append({"block": names[i], "type": type(m).__name__, "saved_bytes": inside,
-                       "input_bytes": in_bytes.get(i, 0), "frees": inside - in_bytes.get(i, 0),
+                       "input_bytes": in_bytes.get(i, 0), "after_bytes": later,
+                       "frees": max(0, min(inside, later) - in_bytes.get(i, 0)),
                        "has_batchnorm": any(isinstance(c, nn.modules.batchnorm._BatchNorm) for c in kids)})
     blocks.sort(key=lambda b: -b["frees"])
     return blocks

@@ -732,8 +732,13 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
             out.append(f"To train at a larger batch, recompute a whole block in backward instead of keeping what it "
                        f"saves: `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)` keeps only the "
                        f"block's inputs. Here `{block['block']}` ({block['type']}) saves {fb(block['saved_bytes'])} "
-                       f"and takes {fb(block['input_bytes'])} of inputs, so recomputing it frees about "
-                       f"{fb(block['frees'])}.{single}{bn}")
+                       f"and takes {fb(block['input_bytes'])} of inputs; the layers after it save "
+                       f"{fb(block['after_bytes'])}. Recomputing it would take at most about {fb(block['frees'])} "
+                       "off a training step's peak: what it saves less its inputs, and no more than what the layers "
+                       "after it save, since backward recomputes the block once theirs are freed while all that was "
+                       "saved before it is still held (a block that is nearly the whole model frees nothing). The "
+                       "gradients made by then can put the peak elsewhere: measure the step with it."
+                       f"{single}{bn}")
         for a in saved.attention:
             if a["saves_LxL"]:
                 how = ("call it with `need_weights=False`, which lets it use `F.scaled_dot_product_attention`"
