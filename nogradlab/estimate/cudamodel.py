@@ -192,6 +192,27 @@ def op_signature(op: str, args) -> tuple:
     return repr((op,) + norm), int(batch)
 
 
+def native_depthwise(op: str, args) -> bool:
+    """Whether a convolution call is depthwise and runs on PyTorch's own CUDA kernel (``conv_depthwise2d``,
+    ``conv_depthwise3d``), which takes no cuDNN workspace. As ``aten/src/ATen/native/Convolution.cpp``
+    decides (``ConvParams::is_depthwise`` and ``use_cudnn_depthwise``, torch 2.x): groups equal to the
+    input's channels and above 1, output channels a multiple of them, not transposed, a 4-D or 5-D input;
+    cuDNN takes it instead in channels_last, for float16 (from 32 channels), or past 32-bit indexing, which
+    are left to the table here."""
+    if op == "convolution" and len(args) >= 9:
+        inp, weight, transposed, groups = args[0], args[1], args[6], args[8]
+    elif op == "convolution_backward" and len(args) >= 10:
+        inp, weight, transposed, groups = args[1], args[2], args[7], args[9]
+    else:
+        return False
+    if not (isinstance(inp, torch.Tensor) and isinstance(weight, torch.Tensor)) or transposed:
+        return False
+    if not isinstance(groups, int) or groups <= 1 or inp.dim() not in (4, 5) or inp.shape[1] != groups:
+        return False
+    return (weight.shape[0] % groups == 0 and inp.dtype != torch.float16 and inp.is_contiguous()
+            and weight.is_contiguous() and inp.numel() < 2 ** 31 and weight.numel() < 2 ** 31)
+
+
 def op_workspace(key: str, batch: int) -> "int | None":
     """The bytes the operator ``key`` allocated for itself at ``batch`` on the reference GPU: the
     measured value at that batch, else linear between the two nearest measured batches (one
@@ -466,6 +487,9 @@ class _KernelModel(TorchDispatchMode):
         if name in _BLAS:
             self._blas(name)
         out = func(*args, **kwargs)
+        if name.startswith("convolution") and native_depthwise(name, args):
+            st.depthwise += 1  # PyTorch's own kernel: no workspace to look up
+            return out
         if name in _workspace_table()["names"]:
             key, batch = op_signature(name, args)
             ws = op_workspace(key, batch) if key else None
@@ -501,6 +525,7 @@ class _State:
     thread: int = 0
     unmatched: set = field(default_factory=set)
     interpolated: set = field(default_factory=set)  # signatures measured, but not at this batch
+    depthwise: int = 0  # depthwise convolution calls run on PyTorch's own kernel (no workspace)
 
 
 # Whether this process can build a module on the virtual CUDA device: None until an estimate tried.
@@ -688,6 +713,10 @@ class kernel_model:
                         f"given no workspace ({_examples(st.unmatched)}): cuDNN may take more there, "
                         "so this estimate can be low by their workspaces")
             out.append(msg)
+        if st.depthwise:
+            out.append(f"{st.depthwise} depthwise convolution calls given no workspace: in float32 or bfloat16 "
+                       "and the default (NCHW) layout PyTorch runs them on its own depthwise kernel, not cuDNN "
+                       "(aten/src/ATen/native/Convolution.cpp, use_cudnn_depthwise)")
         if st.interpolated:
             out.append(f"workspaces interpolated between the batches measured on "
                        f"{_workspace_table().get('meta', {}).get('device', 'the reference GPU')} "

@@ -547,6 +547,9 @@ _PLAIN = [
                 r"calls$"),
      lambda m: f"Library workspaces (scratch memory an operation takes while it runs): the sizes the {m['gpu']} "
                "reported, for every call here."),
+    (re.compile(r"^(?P<n>\d+) depthwise convolution calls given no workspace: "),
+     lambda m: f"Depthwise convolutions ({m['n']} calls): in float32 (or bfloat16) and the default memory layout "
+               "PyTorch runs them on its own kernel, not cuDNN, so they take no workspace and none is counted."),
     (re.compile(r"workspaces interpolated between the batches measured on (?P<gpu>.+?) \(not measured at this "
                 r"batch\) for (?P<n>\d+) operator signatures \((?P<eg>.*)\)$"),
      lambda m: f"The workspaces of {m['n']} operator shape(s) ({m['eg']}) are read between two batches the "
@@ -757,9 +760,13 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
                 return "n/a"
             return f"at least {e['largest_batch']} (the search's limit)" if e["at_limit"] else str(e["largest_batch"])
 
+        missing = max((int(hit.group(1)) for n in doc.get("notes", [])
+                       if (hit := re.search(r"(\d+) convolution shapes are not in the table", n))), default=0)
         out.append(f"On a {gpu} GPU (estimated, {doc['meta']['gpu_profile']} modelled), the largest batch: a training "
                    f"step {b('train')}; a forward with grad on {b('grad')}, `no_grad` {b('no_grad')}, "
-                   f"`inference_mode` {b('inference_mode')}. Confirm it on the real GPU and keep 5-10 % headroom.")
+                   f"`inference_mode` {b('inference_mode')}. Confirm it on the real GPU and keep 5-10 % headroom"
+                   + (f", more where cuDNN runs the {missing} convolution shapes no workspace was counted for "
+                      "(the caveats above)" if missing else "") + ".")
         f = doc["no_grad_factor"]["over_grad"]
         if f is not None:
             out.append(f"The `no_grad` factor: {_format.ratio(f)} the batch of a grad forward under the same budget.")

@@ -229,3 +229,42 @@ def test_largest_batch_under_inference_mode_is_no_grads():
     for workload, no_grad in (("resnet50", 905), ("unet", unet)):
         r = batch.largest_batch(workload, "inference_mode", budget, "cuda", method="estimate", hint=no_grad)
         assert r.batch == no_grad, workload
+
+
+def test_a_depthwise_convolution_in_float32_nchw_runs_pytorchs_own_kernel_and_takes_no_workspace():
+    """The second reader (notebook 10 on MobileNetV3-Small): its depthwise convolutions were listed as shapes
+    missing from the cuDNN table, but in float32 and NCHW PyTorch runs them on conv_depthwise2d, not cuDNN
+    (aten/src/ATen/native/Convolution.cpp: use_cudnn_depthwise takes cuDNN for channels_last, float16 or
+    64-bit indexing only)."""
+    from nogradlab.estimate.cudamodel import native_depthwise
+
+    def conv_args(x, w, transposed=False, groups=None):
+        return (x, w, None, (1, 1), (1, 1), (1, 1), transposed, (0, 0), groups if groups is not None else x.shape[1])
+
+    x, w = torch.empty(2, 32, 8, 8), torch.empty(32, 1, 3, 3)
+    assert native_depthwise("convolution", conv_args(x, w))
+    assert native_depthwise("convolution", conv_args(x, torch.empty(64, 1, 3, 3)))  # a channel multiplier of 2
+    gy = torch.empty(2, 32, 8, 8)
+    assert native_depthwise("convolution_backward", (gy, x, w, [32], (1, 1), (1, 1), (1, 1), False, (0, 0), 32,
+                                                     (True, True, False)))
+    assert not native_depthwise("convolution", conv_args(x.half(), w.half()))  # float16: cuDNN may take it
+    cl = x.to(memory_format=torch.channels_last)
+    assert not native_depthwise("convolution", conv_args(cl, w))  # channels_last: cuDNN
+    assert not native_depthwise("convolution", conv_args(x, torch.empty(32, 16, 3, 3), groups=2))  # grouped, not depthwise
+    assert not native_depthwise("convolution", conv_args(x, torch.empty(32, 32, 3, 3), groups=1))
+    assert not native_depthwise("convolution", conv_args(x, w, transposed=True))
+    assert not native_depthwise("linear", (x, w))
+
+
+def test_the_estimate_says_its_depthwise_convolutions_take_no_workspace_and_lists_only_the_others():
+    from torch import nn
+
+    from nogradlab import memory
+
+    net = nn.Sequential(nn.Conv2d(3, 24, 3, padding=1), nn.Conv2d(24, 24, 3, padding=1, groups=24),
+                        nn.Conv2d(24, 8, 1))
+    rep = memory.estimate(net, 4, "cuda", "eval+no_grad", inputs=(3, 16, 16))
+    text = " ".join(rep.notes)
+    assert "1 depthwise convolution calls given no workspace" in text
+    assert "24x1x3x3" not in text  # the depthwise weight is not among the shapes missing from the table
+    assert "convolution shapes are not in the table" in text  # the two others are

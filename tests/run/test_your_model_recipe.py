@@ -177,3 +177,19 @@ def test_a_block_that_is_nearly_the_whole_model_frees_nothing_and_the_figure_bou
     plain, with_ck = peak(None), peak(best["block"])
     gain = plain - with_ck
     assert 0 < gain <= best["frees"] * 1.02, (gain, best["frees"])
+
+
+def test_the_recipe_asks_for_more_headroom_where_convolutions_got_no_workspace():
+    from nogradlab.run import yourmodel
+
+    mode = {"largest_batch": 100, "at_limit": False}
+    doc = {"meta": {"gpu_bytes": 24 * 2**30, "gpu_profile": "NVIDIA H200"},
+           "modes": {m: dict(mode) for m in ("grad", "no_grad", "inference_mode", "train")},
+           "no_grad_factor": {"over_grad": 1.0}, "notes": []}
+    plain = " ".join(yourmodel.recipe(None, None, doc))
+    assert "keep 5-10 % headroom." in plain and "no workspace was counted" not in plain
+    doc["notes"] = ["workspaces at the sizes NVIDIA H200 reported (cuDNN 91900): 0 convolution calls, 0 other calls; "
+                    "32 convolution shapes are not in the table and were given no workspace (e.g. x): cuDNN may "
+                    "take more there, so this estimate can be low by their workspaces"]
+    text = " ".join(yourmodel.recipe(None, None, doc))
+    assert "more where cuDNN runs the 32 convolution shapes no workspace was counted for" in text

@@ -130,7 +130,7 @@ def _(a):
         return None
     if a == "double":
         return (f"memory is (weights and workspaces) + batch x (bytes per sample); the first part is paid once, "
-                f"so the second GPU's extra 40 GiB all go to samples: with 2.5 GiB fixed and 20 MiB a sample, "
+                f"so the second GPU's extra 40 GiB all go to samples: for example, with 2.5 GiB fixed and 20 MiB a sample, "
                 f"{at40} fit in 40 GiB and {at80} in 80 GiB")
     return ("only the bytes per sample grows with the batch, and it grows linearly: no part of the memory grows "
             "faster than the batch, so the batch cannot fall behind the memory")
