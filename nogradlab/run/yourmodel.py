@@ -737,10 +737,12 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
                        f"block's inputs. Here `{block['block']}` ({block['type']}) saves {fb(block['saved_bytes'])} "
                        f"and takes {fb(block['input_bytes'])} of inputs; the layers after it save "
                        f"{fb(block['after_bytes'])}. Recomputing it would take at most about {fb(block['frees'])} "
-                       "off a training step's peak: what it saves less its inputs, and no more than what the layers "
-                       "after it save, since backward recomputes the block once theirs are freed while all that was "
-                       "saved before it is still held (a block that is nearly the whole model frees nothing). The "
-                       "gradients made by then can put the peak elsewhere: measure the step with it."
+                       "off a training step's peak: the lesser of what it saves and what the layers after it save, "
+                       "less the inputs it keeps, since backward recomputes the block once theirs are freed while "
+                       "all that was saved before it is still held (a block that is nearly the whole model frees "
+                       "nothing). The gradients made by then can put the peak elsewhere: measure the step with it. "
+                       "Recomputing several blocks in turn (`torch.utils.checkpoint.checkpoint_sequential` on a "
+                       "`Sequential`) can free more."
                        f"{single}{bn}")
         for a in saved.attention:
             if a["saves_LxL"]:
@@ -760,13 +762,16 @@ def recipe(saved: "SavedByLayer | None", here: "dict | None", doc: "dict | None"
                 return "n/a"
             return f"at least {e['largest_batch']} (the search's limit)" if e["at_limit"] else str(e["largest_batch"])
 
-        missing = max((int(hit.group(1)) for n in doc.get("notes", [])
-                       if (hit := re.search(r"(\d+) convolution shapes are not in the table", n))), default=0)
+        # the forward modes' count first, then the training step's (its backward convolutions count too)
+        counts = list(dict.fromkeys(int(hit.group(1)) for n in doc.get("notes", [])
+                                    if (hit := re.search(r"(\d+) convolution shapes are not in the table", n))))
+        missing = (f"{counts[0]} convolution shapes ({counts[1]} in the training step)" if len(counts) > 1 and
+                   "train" in doc["modes"] else f"{counts[0]} convolution shapes" if counts else "")
         out.append(f"On a {gpu} GPU (estimated, {doc['meta']['gpu_profile']} modelled), the largest batch: a training "
                    f"step {b('train')}; a forward with grad on {b('grad')}, `no_grad` {b('no_grad')}, "
                    f"`inference_mode` {b('inference_mode')}. Confirm it on the real GPU and keep 5-10 % headroom"
-                   + (f", more where cuDNN runs the {missing} convolution shapes no workspace was counted for "
-                      "(the caveats above)" if missing else "") + ".")
+                   + (f", more where cuDNN runs the {missing} no workspace was counted for (the caveats above)"
+                      if missing else "") + ".")
         f = doc["no_grad_factor"]["over_grad"]
         if f is not None:
             out.append(f"The `no_grad` factor: {_format.ratio(f)} the batch of a grad forward under the same budget.")

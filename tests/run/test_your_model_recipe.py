@@ -193,3 +193,6 @@ def test_the_recipe_asks_for_more_headroom_where_convolutions_got_no_workspace()
                     "take more there, so this estimate can be low by their workspaces"]
     text = " ".join(yourmodel.recipe(None, None, doc))
     assert "more where cuDNN runs the 32 convolution shapes no workspace was counted for" in text
+    doc["notes"].append(doc["notes"][0].replace("32 convolution shapes", "64 convolution shapes"))  # the train step's
+    text = " ".join(yourmodel.recipe(None, None, doc))
+    assert "the 32 convolution shapes (64 in the training step) no workspace was counted for" in text
